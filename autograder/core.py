@@ -1,0 +1,314 @@
+"""The grading engine every unit shares.
+
+A unit (`autograder/units/<name>.py`) declares, for each function of the contract (a
+`Part`): its checks (inputs with a fixed seed, points, tolerance), how to compare a result
+with the expected one (`diagnose`), and a catalogue of `Misconception`s: wrong variants
+built from the reference. Grading a part calls the student's function and the reference on
+the same inputs; when they disagree, the engine runs every catalogued variant on those
+inputs, and if the student's answer matches one it names the mistake and how to fix it.
+"""
+
+from __future__ import annotations
+
+import copy
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .compare import Tolerance, compare_arrays
+from .reference import load_reference
+from .sandbox import TimeLimitExceeded, quiet, run_student, time_limit
+
+CHECK_SECONDS = 5.0  # per call of a student's function on the small inputs of a check
+
+
+@dataclass(frozen=True)
+class Inputs:
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+
+    def copy(self) -> Inputs:
+        return Inputs(copy.deepcopy(self.args), copy.deepcopy(self.kwargs))
+
+
+@dataclass(frozen=True)
+class Misconception:
+    name: str  # a stable identifier, reported in JSON: "no_scaling"
+    description: str  # what the student probably did: "the scores are not divided by sqrt(d_k)"
+    hint: str  # what to do about it
+    # part name -> the wrong variant of that part: variant(ref, *args, **kwargs)
+    variants: dict[str, Callable]
+
+
+# diagnose(result, expected, inputs, tol) -> None when they agree, else a sentence.
+Diagnose = Callable[[object, object, Inputs, Tolerance], "str | None"]
+
+
+def diagnose_array(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    return compare_arrays(result, expected, tol)
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str  # unique within its part: "batched_inputs"
+    what: str  # for the student: "batched inputs (2, 3, 5, 4)"
+    points: float
+    make_inputs: Callable[[np.random.Generator], Inputs]
+    tol: Tolerance = Tolerance()
+    # "value": compare with the reference. "unchanged": the inputs must not be modified.
+    kind: str = "value"
+
+
+@dataclass(frozen=True)
+class Part:
+    name: str  # the contract's function name
+    checks: tuple[Check, ...]
+    diagnose: Diagnose = diagnose_array
+    # Contract functions this part may call: while it is graded they are swapped for the
+    # reference, so a bug in `softmax` costs points once, not again in every caller.
+    uses: tuple[str, ...] = ()
+
+    @property
+    def points(self) -> float:
+        return float(sum(c.points for c in self.checks))
+
+
+@dataclass(frozen=True)
+class Unit:
+    name: str  # "01_attention"
+    parts: tuple[Part, ...]
+    misconceptions: tuple[Misconception, ...]
+    sample_bug: SampleBug | None = None
+
+    def part(self, name: str) -> Part:
+        for part in self.parts:
+            if part.name == name:
+                return part
+        raise KeyError(f"unit {self.name} has no graded part {name!r}")
+
+    @property
+    def points(self) -> float:
+        return float(sum(p.points for p in self.parts))
+
+
+@dataclass(frozen=True)
+class SampleBug:
+    """A typical bug for the sample class: replace `old` by `new` in the reference cell
+    that defines `part`; the grader should then name `expect`."""
+
+    part: str
+    old: str
+    new: str
+    expect: str
+
+
+@dataclass
+class CheckResult:
+    name: str  # "<part>/<check>"
+    points: float
+    max_points: float
+    passed: bool
+    message: str
+    misconception: str | None = None
+
+    def to_json(self) -> dict:
+        return {
+            "name": self.name,
+            "points": self.points,
+            "max_points": self.max_points,
+            "passed": self.passed,
+            "message": self.message,
+            "misconception": self.misconception,
+        }
+
+
+def seeded_rng(*names: str) -> np.random.Generator:
+    """A generator seeded by the check's full name: fixed, and different for every check."""
+    return np.random.default_rng(zlib.crc32("/".join(names).encode()))
+
+
+def exception_text(err: BaseException) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    text = text if len(text) <= 160 else text[:157] + "..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+@dataclass
+class _Outcome:
+    value: object = None
+    error: BaseException | None = None
+    timed_out: bool = False
+
+
+def _call(fn, inputs: Inputs, seconds: float) -> _Outcome:
+    try:
+        return _Outcome(value=run_student(fn, *inputs.args, seconds=seconds, **inputs.kwargs))
+    except TimeLimitExceeded:
+        return _Outcome(timed_out=True)
+    except BaseException as err:  # noqa: BLE001 - student code may raise anything
+        return _Outcome(error=err)
+
+
+def _call_trusted(fn, inputs: Inputs) -> _Outcome:
+    """The reference or a catalogued variant: quiet, a generous limit, errors kept."""
+    try:
+        with quiet(), time_limit(60.0):
+            return _Outcome(value=fn(*inputs.args, **inputs.kwargs))
+    except BaseException as err:  # noqa: BLE001 - a variant may fail on purpose
+        return _Outcome(error=err)
+
+
+def _same_arrays(a, b) -> bool:
+    def leaves(x):
+        return list(x) if isinstance(x, tuple | list) else [x]
+
+    la, lb = leaves(a), leaves(b)
+    if len(la) != len(lb):
+        return False
+    for x, y in zip(la, lb, strict=True):
+        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+            if x.shape != y.shape or not np.array_equal(x, y, equal_nan=True):
+                return False
+    return True
+
+
+class _Swapped:
+    """Temporarily bind contract names in a function's globals to the reference's."""
+
+    def __init__(self, fn, ref, names):
+        self.globals = getattr(fn, "__globals__", None)
+        self.swaps = {n: getattr(ref, n) for n in names if hasattr(ref, n)}
+        self.saved = {}
+
+    def __enter__(self):
+        if self.globals is None:
+            return self
+        for name, value in self.swaps.items():
+            self.saved[name] = self.globals.get(name, _MISSING)
+            self.globals[name] = value
+        return self
+
+    def __exit__(self, *exc):
+        for name, value in self.saved.items():
+            if value is _MISSING:
+                self.globals.pop(name, None)
+            else:
+                self.globals[name] = value
+        return False
+
+
+_MISSING = object()
+
+
+def match_misconception(unit: Unit, part: Part, ref, inputs: Inputs, student_outcome: _Outcome,
+                        expected, tol: Tolerance) -> Misconception | None:
+    """The first catalogued mistake whose variant reproduces the student's result."""
+    for mistake in unit.misconceptions:
+        variant = mistake.variants.get(part.name)
+        if variant is None:
+            continue
+        outcome = _call_trusted(lambda *a, v=variant, **k: v(ref, *a, **k), inputs.copy())
+        if outcome.error is not None:
+            # A variant that fails on these inputs matches a student who fails the same way.
+            if student_outcome.error is not None and type(student_outcome.error) is type(outcome.error):
+                return mistake
+            continue
+        if student_outcome.error is not None or student_outcome.timed_out:
+            continue
+        with quiet():
+            distinguishable = part.diagnose(outcome.value, expected, inputs, tol) is not None
+            same = part.diagnose(student_outcome.value, outcome.value, inputs, tol) is None
+        if distinguishable and same:
+            return mistake
+    return None
+
+
+def grade_part(unit: Unit, part_name: str, namespace: dict,
+               seconds: float = CHECK_SECONDS) -> list[CheckResult]:
+    """Run every check of one part against the function `namespace[part_name]`."""
+    part = unit.part(part_name)
+    ref = load_reference(unit.name)
+    reference_fn = getattr(ref, part.name)
+    fn = namespace.get(part.name)
+
+    def result(check, passed, message, mistake=None):
+        return CheckResult(
+            name=f"{part.name}/{check.name}",
+            points=float(check.points) if passed else 0.0,
+            max_points=float(check.points),
+            passed=passed,
+            message=message,
+            misconception=mistake.name if mistake else None,
+        )
+
+    if not callable(fn):
+        why = (
+            f"`{part.name}` is not defined: did the cell that defines it run without errors?"
+            if fn is None
+            else f"`{part.name}` is {type(fn).__name__}, not a function"
+        )
+        return [result(check, False, why) for check in part.checks]
+
+    results = []
+    gave_up = None  # once the function times out, its other checks are not run
+    with _Swapped(fn, ref, part.uses):
+        for check in part.checks:
+            if gave_up:
+                results.append(result(check, False, gave_up))
+                continue
+            inputs = check.make_inputs(seeded_rng(unit.name, part.name, check.name))
+            given = inputs.copy()
+            outcome = _call(fn, given, seconds)
+            if outcome.timed_out:
+                gave_up = (
+                    f"not run: `{part.name}` did not finish within {seconds:g} s on an earlier "
+                    "check (an infinite loop?)"
+                )
+                results.append(result(
+                    check, False,
+                    f"{check.what}: `{part.name}` did not finish within {seconds:g} s "
+                    "(an infinite loop, or a loop that never ends for these shapes?)",
+                ))
+                continue
+            if check.kind == "unchanged":
+                if outcome.error is not None:
+                    results.append(result(check, False, f"{check.what}: raised {exception_text(outcome.error)}"))
+                elif not _same_arrays(given.args, inputs.args):
+                    results.append(result(
+                        check, False,
+                        f"{check.what}: your function changed its input arrays in place "
+                        "(use `x = x - ...` rather than `x -= ...` on an argument)",
+                    ))
+                else:
+                    results.append(result(check, True, f"{check.what}: inputs left untouched"))
+                continue
+            expected = _call_trusted(reference_fn, inputs.copy())
+            if expected.error is not None:
+                raise RuntimeError(f"the reference {part.name} failed on check {check.name}: "
+                                   f"{exception_text(expected.error)}")
+            if isinstance(outcome.error, NotImplementedError):
+                problem = (f"`{part.name}` still raises NotImplementedError: replace that line "
+                           "with your code")
+            elif outcome.error is not None:
+                problem = f"raised {exception_text(outcome.error)}"
+            else:
+                with quiet():
+                    problem = part.diagnose(outcome.value, expected.value, inputs, check.tol)
+            if problem is None:
+                results.append(result(check, True, f"{check.what}: correct"))
+                continue
+            mistake = match_misconception(unit, part, ref, inputs, outcome, expected.value, check.tol)
+            message = f"{check.what}: {problem}."
+            if mistake:
+                message += f" This looks like {mistake.description}. {mistake.hint}"
+            results.append(result(check, False, message, mistake))
+    return results
+
+
+def grade_namespace(unit: Unit, namespace: dict, seconds: float = CHECK_SECONDS) -> list[CheckResult]:
+    results = []
+    for part in unit.parts:
+        results += grade_part(unit, part.name, namespace, seconds)
+    return results

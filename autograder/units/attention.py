@@ -1,0 +1,366 @@
+"""Unit 01, attention (NumPy): the hidden checks and the misconception catalogue.
+
+The reference is the solution notebook (`solutions/01_attention/attention.ipynb`); the
+variants below are wrong on purpose, each built from the reference with one mistake.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..compare import Tolerance, compare_arrays, compare_masked_zero, compare_rows_sum_to_one, describe
+from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
+
+# Stability checks push scores to ~1e4, where float32 arithmetic alone is off by ~1e-3.
+LOOSE = Tolerance(rtol=1e-2, atol=1e-3)
+
+
+def mask_of(inputs: Inputs):
+    if "mask" in inputs.kwargs:
+        return inputs.kwargs["mask"]
+    return inputs.args[3] if len(inputs.args) > 3 else None
+
+
+def random_mask(rng, n_q, n_k):
+    """A boolean mask in which every query may attend to at least one key."""
+    mask = rng.random((n_q, n_k)) < 0.6
+    mask[np.arange(n_q), rng.integers(0, n_k, n_q)] = True
+    return mask
+
+
+# ---------------------------------------------------------------- comparing results
+
+
+def diagnose_attention(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    """`(out, weights)` pairs: shapes first, then the weights' properties, then values."""
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        return f"expected the pair `(out, weights)`, got {describe(result)}"
+    (out, weights), (want_out, want_weights) = result, expected
+    weights_problem = compare_arrays(weights, want_weights, tol, "`weights`")
+    out_problem = compare_arrays(out, want_out, tol, "`out`")
+    if weights_problem is None and out_problem is None:
+        return None
+    for problem in (weights_problem, out_problem):
+        if problem and ("shape" in problem or "expected an array" in problem):
+            return problem
+    return (
+        compare_rows_sum_to_one(weights, label="`weights`")
+        or compare_masked_zero(weights, mask_of(inputs), label="`weights`")
+        or weights_problem
+        or out_problem
+    )
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def softmax_inputs(shape, axis=None, scale=3.0):
+    def make(rng):
+        kwargs = {} if axis is None else {"axis": axis}
+        return Inputs((rng.normal(0.0, scale, shape),), kwargs)
+
+    return make
+
+
+def large_softmax_inputs(rng):
+    # One row near +1e4 (exp overflows to inf) and one near -1e4 (exp underflows to 0).
+    x = rng.normal(0.0, 5.0, (4, 6))
+    x[0] += 1e4
+    x[1] -= 1e4
+    return Inputs((x,))
+
+
+def attention_inputs(batch, n_q, n_k, d_k, d_v, mask=None, scale=1.0):
+    def make(rng):
+        Q = rng.normal(0.0, scale, (*batch, n_q, d_k))
+        K = rng.normal(0.0, scale, (*batch, n_k, d_k))
+        V = rng.normal(0.0, 1.0, (*batch, n_k, d_v))
+        kwargs = {}
+        if mask == "random":
+            kwargs["mask"] = random_mask(rng, n_q, n_k)
+        elif mask == "causal":
+            kwargs["mask"] = np.tril(np.ones((n_q, n_k), dtype=bool))
+        elif mask == "per_batch":
+            kwargs["mask"] = np.stack([random_mask(rng, n_q, n_k) for _ in range(batch[0])])[:, None]
+        return Inputs((Q, K, V), kwargs)
+
+    return make
+
+
+def self_attention_inputs(batch, n, d_model, d_k, d_v, causal=False):
+    def make(rng):
+        x = rng.normal(0.0, 1.0, (*batch, n, d_model))
+        W_q, W_k = (rng.normal(0.0, d_model**-0.5, (d_model, d_k)) for _ in range(2))
+        W_v = rng.normal(0.0, d_model**-0.5, (d_model, d_v))
+        kwargs = {"mask": np.tril(np.ones((n, n), dtype=bool))} if causal else {}
+        return Inputs((x, W_q, W_k, W_v), kwargs)
+
+    return make
+
+
+# ---------------------------------------------------------------- the wrong variants
+# Each takes the reference namespace first, then the part's own arguments.
+
+
+def keys_T(K):
+    return np.swapaxes(K, -1, -2)
+
+
+def scaled_scores(Q, K):
+    return Q @ keys_T(K) / np.sqrt(Q.shape[-1])
+
+
+def naive_softmax(x, axis=-1):
+    e = np.exp(x)
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def sdpa_rescaled(factor):
+    """The reference with every score multiplied by factor(d_k, d_v)."""
+
+    def variant(ref, Q, K, V, mask=None):
+        return ref.scaled_dot_product_attention(Q * factor(Q.shape[-1], V.shape[-1]), K, V, mask=mask)
+
+    return variant
+
+
+def sdpa_softmax_over_queries(ref, Q, K, V, mask=None):
+    scores = scaled_scores(Q, K)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = ref.softmax(scores, axis=-2)
+    return weights @ V, weights
+
+
+def sdpa_unstable_softmax(ref, Q, K, V, mask=None):
+    scores = scaled_scores(Q, K)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = naive_softmax(scores)
+    return weights @ V, weights
+
+
+def sdpa_mask_after_softmax(ref, Q, K, V, mask=None):
+    _, weights = ref.scaled_dot_product_attention(Q, K, V)
+    if mask is not None:
+        weights = np.where(mask, weights, 0.0)
+    return weights @ V, weights
+
+
+def sdpa_mask_inverted(ref, Q, K, V, mask=None):
+    return ref.scaled_dot_product_attention(Q, K, V, mask=None if mask is None else ~mask)
+
+
+def sdpa_mask_ignored(ref, Q, K, V, mask=None):
+    return ref.scaled_dot_product_attention(Q, K, V)
+
+
+def sdpa_mask_filled_with_zero(ref, Q, K, V, mask=None):
+    scores = scaled_scores(Q, K)
+    if mask is not None:
+        scores = np.where(mask, scores, 0.0)
+    weights = ref.softmax(scores, axis=-1)
+    return weights @ V, weights
+
+
+def sdpa_batched_T(ref, Q, K, V, mask=None):
+    # `.T` reverses *all* axes: right for 2-D keys, wrong as soon as there is a batch axis.
+    scores = Q @ K.T / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = ref.softmax(scores, axis=-1)
+    return weights @ V, weights
+
+
+def self_attention_rescaled(factor):
+    def variant(ref, x, W_q, W_k, W_v, mask=None):
+        d_k = W_q.shape[-1]
+        return ref.self_attention(x, W_q * factor(d_k, x.shape[-1]), W_k, W_v, mask=mask)
+
+    return variant
+
+
+def self_attention_qk_swapped(ref, x, W_q, W_k, W_v, mask=None):
+    return ref.self_attention(x, W_k, W_q, W_v, mask=mask)
+
+
+def self_attention_mask_ignored(ref, x, W_q, W_k, W_v, mask=None):
+    return ref.self_attention(x, W_q, W_k, W_v)
+
+
+MISCONCEPTIONS = (
+    Misconception(
+        "unstable_softmax",
+        "a softmax that exponentiates the raw scores",
+        "exp(1e4) overflows to inf and inf/inf is NaN: subtract each row's maximum before "
+        "np.exp (the result is mathematically the same).",
+        {
+            "softmax": lambda ref, x, axis=-1: naive_softmax(x, axis),
+            "scaled_dot_product_attention": sdpa_unstable_softmax,
+        },
+    ),
+    Misconception(
+        "softmax_ignores_axis",
+        "a softmax that always works along the last axis",
+        "Use the `axis` argument in both the max and the sum.",
+        {"softmax": lambda ref, x, axis=-1: ref.softmax(x, axis=-1)},
+    ),
+    Misconception(
+        "softmax_missing_keepdims",
+        "dividing by a sum taken without keepdims=True",
+        "Without keepdims the sums lose their axis and broadcast against the wrong one: "
+        "use `e.sum(axis=axis, keepdims=True)`.",
+        {
+            "softmax": lambda ref, x, axis=-1: (
+                np.exp(x - x.max(axis=axis, keepdims=True))
+                / np.exp(x - x.max(axis=axis, keepdims=True)).sum(axis=axis)
+            )
+        },
+    ),
+    Misconception(
+        "softmax_over_everything",
+        "a softmax normalised over the whole array instead of along one axis",
+        "Sum along `axis` only, so that each row (not the whole array) sums to one.",
+        {"softmax": lambda ref, x, axis=-1: np.exp(x - x.max()) / np.exp(x - x.max()).sum()},
+    ),
+    Misconception(
+        "no_scaling",
+        "scores that are not divided by sqrt(d_k)",
+        "Divide Q @ K^T by np.sqrt(d_k), where d_k = Q.shape[-1], before the softmax.",
+        {
+            "scaled_dot_product_attention": sdpa_rescaled(lambda d_k, d_v: np.sqrt(d_k)),
+            "self_attention": self_attention_rescaled(lambda d_k, d_model: np.sqrt(d_k)),
+        },
+    ),
+    Misconception(
+        "scale_by_dk",
+        "scores divided by d_k instead of its square root",
+        "The scale is 1 / sqrt(d_k): np.sqrt(d_k), not d_k.",
+        {
+            "scaled_dot_product_attention": sdpa_rescaled(lambda d_k, d_v: 1 / np.sqrt(d_k)),
+            "self_attention": self_attention_rescaled(lambda d_k, d_model: 1 / np.sqrt(d_k)),
+        },
+    ),
+    Misconception(
+        "scale_by_dv",
+        "scores scaled with the values' width d_v instead of the keys' width d_k",
+        "d_k is the length of the vectors in the dot product: Q.shape[-1], not V.shape[-1].",
+        {"scaled_dot_product_attention": sdpa_rescaled(lambda d_k, d_v: np.sqrt(d_k / d_v))},
+    ),
+    Misconception(
+        "scale_by_d_model",
+        "scores scaled with sqrt(d_model) instead of sqrt(d_k)",
+        "The dot products are between projected vectors of width d_k = W_q.shape[1].",
+        {"self_attention": self_attention_rescaled(lambda d_k, d_model: np.sqrt(d_k / d_model))},
+    ),
+    Misconception(
+        "softmax_over_queries",
+        "a softmax taken over the queries' axis (-2) instead of the keys' axis (-1)",
+        "Each query's weights over the keys must sum to one: softmax along axis=-1.",
+        {"scaled_dot_product_attention": sdpa_softmax_over_queries},
+    ),
+    Misconception(
+        "mask_after_softmax",
+        "the mask applied after the softmax (weights zeroed, not renormalised)",
+        "Put -inf into the masked scores before the softmax, so the remaining weights "
+        "still sum to one.",
+        {"scaled_dot_product_attention": sdpa_mask_after_softmax},
+    ),
+    Misconception(
+        "mask_inverted",
+        "a mask read the wrong way round",
+        "In this course True means 'may attend': keep scores where the mask is True and put "
+        "-inf where it is False, e.g. np.where(mask, scores, -np.inf).",
+        {"scaled_dot_product_attention": sdpa_mask_inverted},
+    ),
+    Misconception(
+        "mask_ignored",
+        "the mask being ignored",
+        "Apply `mask` to the scores (np.where(mask, scores, -np.inf)), and pass it on if "
+        "another function does the attending.",
+        {
+            "scaled_dot_product_attention": sdpa_mask_ignored,
+            "self_attention": self_attention_mask_ignored,
+        },
+    ),
+    Misconception(
+        "mask_filled_with_zero",
+        "masked scores set to 0 instead of -inf",
+        "A score of 0 still gets weight exp(0) = 1 before normalising: use -np.inf (or a very "
+        "large negative number) so the masked weight is exactly 0.",
+        {"scaled_dot_product_attention": sdpa_mask_filled_with_zero},
+    ),
+    Misconception(
+        "batched_transpose_with_T",
+        "K.T used to transpose the keys",
+        "`.T` reverses every axis, so it breaks with batch dimensions: use "
+        "np.swapaxes(K, -1, -2) (or K.swapaxes(-1, -2)).",
+        {"scaled_dot_product_attention": sdpa_batched_T},
+    ),
+    Misconception(
+        "query_key_swapped",
+        "queries made with W_k and keys with W_q",
+        "Q = x @ W_q and K = x @ W_k; swapping them transposes the score matrix.",
+        {"self_attention": self_attention_qk_swapped},
+    ),
+)
+
+
+# ---------------------------------------------------------------- the graded parts
+
+PARTS = (
+    Part(
+        "softmax",
+        checks=(
+            Check("random_2d", "softmax of a random (4, 7) array", 1, softmax_inputs((4, 7))),
+            Check("axis_argument", "softmax along axis=1 of a (3, 4, 5) array", 1,
+                  softmax_inputs((3, 4, 5), axis=1)),
+            Check("large_inputs", "inputs near +1e4 and -1e4 (numerical stability)", 1,
+                  large_softmax_inputs, tol=LOOSE),
+            Check("inputs_unchanged", "the input array is not modified", 1,
+                  softmax_inputs((3, 5)), kind="unchanged"),
+        ),
+    ),
+    Part(
+        "scaled_dot_product_attention",
+        diagnose=diagnose_attention,
+        uses=("softmax",),
+        checks=(
+            Check("unbatched", "Q (3, 4), K (5, 4), V (5, 6) with no batch axes", 1,
+                  attention_inputs((), 3, 5, 4, 6)),
+            Check("batched", "Q (2, 3, 5, 4), K (2, 3, 7, 4), V (2, 3, 7, 6)", 1,
+                  attention_inputs((2, 3), 5, 7, 4, 6)),
+            Check("random_mask", "a random (5, 6) boolean mask broadcast over a batch of 2", 1,
+                  attention_inputs((2,), 5, 6, 8, 3, mask="random")),
+            Check("causal_mask", "a causal (6, 6) mask on inputs of shape (2, 2, 6, 8)", 1,
+                  attention_inputs((2, 2), 6, 6, 8, 8, mask="causal")),
+            Check("per_batch_mask", "a (3, 1, 4, 5) mask, different for each batch item", 1,
+                  attention_inputs((3, 2), 4, 5, 6, 4, mask="per_batch")),
+            Check("large_scores", "scores of size ~1e4 (numerical stability)", 1,
+                  attention_inputs((2,), 4, 6, 16, 5, scale=100.0), tol=LOOSE),
+            Check("inputs_unchanged", "Q, K, V and the mask are not modified", 1,
+                  attention_inputs((2,), 4, 5, 3, 2, mask="random"), kind="unchanged"),
+        ),
+    ),
+    Part(
+        "self_attention",
+        uses=("softmax", "scaled_dot_product_attention"),
+        checks=(
+            Check("unbatched", "x (6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,
+                  self_attention_inputs((), 6, 8, 4, 5)),
+            Check("batched", "x (2, 3, 6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,
+                  self_attention_inputs((2, 3), 6, 8, 4, 5)),
+            Check("causal_mask", "a causal mask on x (2, 6, 8)", 1,
+                  self_attention_inputs((2,), 6, 8, 4, 3, causal=True)),
+            Check("inputs_unchanged", "x and the weights are not modified", 1,
+                  self_attention_inputs((2,), 5, 6, 3, 4, causal=True), kind="unchanged"),
+        ),
+    ),
+)
+
+UNIT = Unit(
+    "01_attention",
+    parts=PARTS,
+    misconceptions=MISCONCEPTIONS,
+    sample_bug=SampleBug("scaled_dot_product_attention", "/ np.sqrt(d_k)", "/ d_k", "scale_by_dk"),
+)

@@ -1,0 +1,1 @@
+"""Student-facing helpers for the transformer course: self-check quizzes and plots."""

@@ -59,6 +59,12 @@ class Check:
     tol: Tolerance = Tolerance()
     # "value": compare with the reference. "unchanged": the inputs must not be modified.
     kind: str = "value"
+    # An independent source of the expected result (say PyTorch's own module), used
+    # instead of the reference: oracle(inputs) -> expected.
+    oracle: Callable[[Inputs], object] | None = None
+    # Checks of the same part that must pass too for this one to count: a yes/no answer
+    # such as a leak detector's would otherwise earn half its points by never changing.
+    requires: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,9 @@ class Part:
     # Contract functions this part may call: while it is graded they are swapped for the
     # reference, so a bug in `softmax` costs points once, not again in every caller.
     uses: tuple[str, ...] = ()
+    # Library shortcuts that raise while the student's function runs ("module.attr"), for
+    # exercises that must be written from scratch.
+    forbid: tuple[str, ...] = ()
 
     @property
     def points(self) -> float:
@@ -202,6 +211,41 @@ class _Swapped:
 _MISSING = object()
 
 
+class ForbiddenShortcut(Exception):
+    pass
+
+
+class _Forbidden:
+    """Make library shortcuts raise with a plain explanation while student code runs."""
+
+    def __init__(self, names: tuple[str, ...]):
+        self.names = names
+        self.saved = []
+
+    def __enter__(self):
+        import importlib
+
+        for dotted in self.names:
+            module_name, attr = dotted.rsplit(".", 1)
+            try:
+                with quiet():  # a library's import-time chatter must not reach stderr
+                    module = importlib.import_module(module_name)
+            except ImportError:
+                continue  # not installed: nothing to forbid
+
+            def refuse(*args, _name=dotted, **kwargs):
+                raise ForbiddenShortcut(f"{_name} is off limits in this exercise: write it from scratch")
+
+            self.saved.append((module, attr, getattr(module, attr)))
+            setattr(module, attr, refuse)
+        return self
+
+    def __exit__(self, *exc):
+        for module, attr, original in reversed(self.saved):
+            setattr(module, attr, original)
+        return False
+
+
 def match_misconception(unit: Unit, part: Part, ref, inputs: Inputs, student_outcome: _Outcome,
                         expected, tol: Tolerance) -> Misconception | None:
     """The first catalogued mistake whose variant reproduces the student's result."""
@@ -260,7 +304,8 @@ def grade_part(unit: Unit, part_name: str, namespace: dict,
                 continue
             inputs = check.make_inputs(seeded_rng(unit.name, part.name, check.name))
             given = inputs.copy()
-            outcome = _call(fn, given, seconds)
+            with _Forbidden(part.forbid):
+                outcome = _call(fn, given, seconds)
             if outcome.timed_out:
                 gave_up = (
                     f"not run: `{part.name}` did not finish within {seconds:g} s on an earlier "
@@ -284,7 +329,10 @@ def grade_part(unit: Unit, part_name: str, namespace: dict,
                 else:
                     results.append(result(check, True, f"{check.what}: inputs left untouched"))
                 continue
-            expected = _call_trusted(reference_fn, inputs.copy())
+            if check.oracle is None:
+                expected = _call_trusted(reference_fn, inputs.copy())
+            else:
+                expected = _call_trusted(lambda *a, o=check.oracle, **k: o(Inputs(a, k)), inputs.copy())
             if expected.error is not None:
                 raise RuntimeError(f"the reference {part.name} failed on check {check.name}: "
                                    f"{exception_text(expected.error)}")
@@ -304,6 +352,21 @@ def grade_part(unit: Unit, part_name: str, namespace: dict,
             if mistake:
                 message += f" This looks like {mistake.description}. {mistake.hint}"
             results.append(result(check, False, message, mistake))
+    return apply_requirements(part, results)
+
+
+def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResult]:
+    """Void the points of a passed check whose required checks failed."""
+    passed = {check.name: r.passed for check, r in zip(part.checks, results, strict=True)}
+    what = {check.name: check.what for check in part.checks}
+    for check, r in zip(part.checks, results, strict=True):
+        unmet = [name for name in check.requires if not passed[name]]
+        if r.passed and unmet:
+            r.passed, r.points = False, 0.0
+            r.message += (
+                f", but not counted: it only counts together with getting {what[unmet[0]]} right "
+                "(an answer that never changes would otherwise pass half of these checks)"
+            )
     return results
 
 

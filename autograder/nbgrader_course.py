@@ -17,13 +17,83 @@ from .paths import ROOT, SOLUTIONS
 
 # Seconds a single cell may run in nbgrader's kernel. The graders stop a looping student
 # function after a few seconds themselves; this is the backstop for everything else.
-CELL_TIMEOUT = 120
+CELL_TIMEOUT = 30
+
+
+def restore_deleted_grade_cells_preprocessor():
+    """nbgrader's OverwriteCells, with a restore of deleted grade cells that works.
+
+    nbgrader 0.9.6 re-inserts a deleted grade cell after the source cell before it, but
+    looks that cell up among grade and solution cells only. When a locked read-only cell
+    (our visible checks) comes first it raises KeyError, and the student's whole notebook
+    goes ungraded. This version puts the cell after the nearest earlier cell still there.
+    """
+    from nbgrader.preprocessors import OverwriteCells
+    from traitlets import Bool
+
+    class RestoreDeletedGradeCells(OverwriteCells):
+        add_missing_cells = Bool(True).tag(config=True)
+
+        def add_missing_grade_cells(self, nb, resources):
+            source_nb = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)
+            source_cells = source_nb.source_cells
+            order = [cell.name for cell in source_cells]
+            solution_ids = {cell.name for cell in source_nb.solution_cells}
+
+            def position(grade_id):
+                for index, cell in enumerate(nb.cells):
+                    if cell.metadata.get("nbgrader", {}).get("grade_id") == grade_id:
+                        return index
+                return None
+
+            for grade_cell in sorted(source_nb.grade_cells, key=lambda g: order.index(g.name)):
+                if position(grade_cell.name) is not None:
+                    continue
+                self.log.warning(f"Missing grade cell {grade_cell.name}: adding it back")
+                at = order.index(grade_cell.name)
+                insert_at = next(
+                    (position(name) + 1 for name in reversed(order[:at]) if position(name) is not None), 0
+                )
+                cell = self.missing_cell_transform(
+                    source_cells[at], grade_cell.max_score, is_solution=grade_cell.name in solution_ids
+                )
+                nb.cells.insert(insert_at, cell)
+            return nb, resources
+
+    return RestoreDeletedGradeCells
+
+
+def short_error_messages_preprocessor():
+    """A feedback preprocessor: each error output keeps one line, `ErrorName: message`.
+
+    The feedback page shows every output of the student's notebook, and an IPython
+    traceback there is a wall of frames from the student's own cells (a visible check
+    that failed, say). The grade cells never raise; this keeps the rest readable too.
+    """
+    from nbconvert.preprocessors import Preprocessor
+
+    class ShortErrorMessages(Preprocessor):
+        enabled = True  # nbconvert preprocessors are off unless enabled
+        def preprocess_cell(self, cell, resources, index):
+            for output in cell.get("outputs", []):
+                if output.get("output_type") == "error":
+                    output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
+            return cell, resources
+
+    return ShortErrorMessages
 
 
 def configure(c, root: Path) -> None:
     """Apply the course's nbgrader settings to the traitlets config `c`."""
     from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
-    from nbgrader.preprocessors import ClearHiddenTests, GetGrades
+    from nbgrader.preprocessors import (
+        CheckCellMetadata,
+        ClearHiddenTests,
+        ClearOutput,
+        DeduplicateIds,
+        GetGrades,
+        OverwriteKernelspec,
+    )
 
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.course_id = "transformer-course"
@@ -34,10 +104,20 @@ def configure(c, root: Path) -> None:
         ".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.py", "*.yml", "*.db",
     ]
     # A student who deletes a grade cell gets it back and graded, not a silent zero.
-    c.OverwriteCells.add_missing_cells = True
+    c.Autograde.sanitize_preprocessors = [
+        ClearOutput, DeduplicateIds, OverwriteKernelspec, restore_deleted_grade_cells_preprocessor(),
+        CheckCellMetadata,
+    ]
     c.Execute.timeout = CELL_TIMEOUT
-    # Feedback shows each grade cell's source; keep the hidden part of it hidden.
-    c.GenerateFeedback.preprocessors = [GetGrades, CSSHTMLHeaderPreprocessor, ClearHiddenTests]
+    # nbgrader scores 0 for anything on stderr. The graders already keep students' warnings
+    # off it; this drops a stray Python warning line that reaches it anyway.
+    c.IgnorePattern.enabled = True
+    c.IgnorePattern.pattern = r"^[^\n]*:\d+: \w*Warning: "
+    # Feedback shows each grade cell's source: keep the hidden part of it hidden, and
+    # shorten tracebacks to their last line.
+    c.GenerateFeedback.preprocessors = [
+        GetGrades, CSSHTMLHeaderPreprocessor, ClearHiddenTests, short_error_messages_preprocessor(),
+    ]
     # The grading kernel inherits this environment: the hidden cells import `autograder`.
     paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
     os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))

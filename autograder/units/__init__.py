@@ -1,13 +1,28 @@
-"""The graded units, by name. Adding a unit: write `units/<name>.py` with a `UNIT` and
-list it here."""
+"""The graded units, found by name: every module here that defines `UNIT` is one.
 
-from . import attention
+Adding a unit means adding `units/<name>.py`; nothing else in the engine changes.
+"""
 
-UNITS = {unit.name: unit for unit in (attention.UNIT,)}
+import importlib
+import pkgutil
+
+
+def _discover() -> dict:
+    units = {}
+    for info in pkgutil.iter_modules(__path__):
+        module = importlib.import_module(f"{__name__}.{info.name}")
+        unit = getattr(module, "UNIT", None)
+        if unit is not None:
+            units[unit.name] = unit
+    return dict(sorted(units.items()))
+
+
+UNITS = _discover()
 
 
 def get_unit(name: str):
     try:
         return UNITS[name]
     except KeyError:
-        raise KeyError(f"no graded unit {name!r}; known units: {', '.join(sorted(UNITS))}") from None
+        known = ", ".join(UNITS)
+        raise KeyError(f"no graded unit {name!r}; known units: {known}") from None

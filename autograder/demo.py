@@ -1,0 +1,228 @@
+"""`python3 course.py demo`: the instructor's loop, run for real on a sample class.
+
+In a scratch course (`.course_demo/course/`), for every graded unit: generate the student
+release from `solutions/`, submit the sample students below, `nbgrader autograde`,
+`nbgrader generate_feedback`, `nbgrader export`, then print the scores and where the
+feedback is. The sample submissions are made from the release and the reference each
+time, so they never go stale:
+
+    ada  the reference solution, typed into the release       full marks
+    ben  the release, untouched                                 zero
+    cat  the reference with the unit's typical bug              loses that part's points
+    dan  a solution cell that raises before defining its part   loses that part only
+    eve  a function whose body loops forever                    loses that part only
+         (dan breaks the unit's first part, which later parts call; eve its last part, so
+         that only one visible check cell waits out nbgrader's cell timeout)
+    fay  the reference with a hidden grade cell deleted         full marks (cell restored)
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import shutil
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+from .nbgrader_course import ScratchCourse
+from .paths import ROOT, solution_notebook, unit_notebook_name
+from .report import fmt
+from .submission import nbgrader_meta
+from .units import UNITS
+
+STUDENTS = {
+    "ada": "the reference solution",
+    "ben": "the untouched release",
+    "cat": "a typical bug",
+    "dan": "a solution cell that raises",
+    "eve": "a function that loops forever",
+    "fay": "a grade cell deleted",
+}
+
+
+def strip_solution_markers(source: str) -> str:
+    return "\n".join(
+        line for line in source.splitlines() if "BEGIN SOLUTION" not in line and "END SOLUTION" not in line
+    )
+
+
+def defines(source: str, name: str) -> bool:
+    return f"def {name}(" in source
+
+
+class SampleMaker:
+    """Builds the sample students' notebooks for one unit from its release and reference."""
+
+    def __init__(self, unit: str, release_nb: Path):
+        self.unit = UNITS[unit]
+        self.release = nbformat.read(release_nb, as_version=4)
+        source = nbformat.read(solution_notebook(unit), as_version=4)
+        self.answers = {
+            nbgrader_meta(c)["grade_id"]: c.source for c in source.cells if nbgrader_meta(c).get("solution")
+        }
+
+    def notebook(self, answers: dict[str, str] | None = None, drop: str | None = None):
+        nb = nbformat.from_dict(self.release)
+        nb = nbformat.v4.upgrade(nb) if nb.nbformat_minor < 5 else nb
+        kept = []
+        for cell in nb.cells:
+            grade_id = nbgrader_meta(cell).get("grade_id")
+            if drop is not None and grade_id == drop:
+                continue
+            if answers is not None and nbgrader_meta(cell).get("solution") and grade_id in answers:
+                cell.source = strip_solution_markers(answers[grade_id])
+            kept.append(cell)
+        nb.cells = kept
+        return nb
+
+    def cell_defining(self, part: str) -> str:
+        for grade_id, source in self.answers.items():
+            if defines(source, part):
+                return grade_id
+        raise KeyError(f"{self.unit.name}: no solution cell defines {part}")
+
+    def with_answer(self, part: str, edit) -> dict[str, str]:
+        answers = dict(self.answers)
+        grade_id = self.cell_defining(part)
+        answers[grade_id] = edit(answers[grade_id])
+        return answers
+
+    def students(self) -> dict[str, object]:
+        unit = self.unit
+        first, last = unit.parts[0].name, unit.parts[-1].name
+        bug = unit.sample_bug
+
+        def typical_bug(source: str) -> str:
+            if source.count(bug.old) != 1:
+                raise ValueError(f"{unit.name}: the sample bug's text {bug.old!r} must occur once in the "
+                                 f"cell defining {bug.part}")
+            return source.replace(bug.old, bug.new)
+
+        def raises_first(source: str) -> str:
+            return 'raise RuntimeError("half-finished work: this cell stops here")\n' + source
+
+        def loops_forever(source: str) -> str:
+            lines = source.splitlines()
+            at = next(i for i, line in enumerate(lines) if "BEGIN SOLUTION" in line)
+            indent = lines[at][: len(lines[at]) - len(lines[at].lstrip())]
+            lines[at + 1: at + 1] = [f"{indent}while True:  # waiting for something that never happens",
+                                     f"{indent}    pass"]
+            return "\n".join(lines)
+
+        return {
+            "ada": self.notebook(self.answers),
+            "ben": self.notebook(),
+            "cat": self.notebook(self.with_answer(bug.part, typical_bug)),
+            "dan": self.notebook(self.with_answer(first, raises_first)),
+            "eve": self.notebook(self.with_answer(last, loops_forever)),
+            "fay": self.notebook(self.answers, drop=f"grade_{last}"),
+        }
+
+
+@dataclass
+class SampleClass:
+    course: ScratchCourse
+    units: list[str]
+    # (student, unit) -> {grade cell id: (score, max_score)}
+    cell_scores: dict[tuple[str, str], dict[str, tuple[float, float]]] = field(default_factory=dict)
+    feedback: dict[tuple[str, str], Path] = field(default_factory=dict)
+    grades_csv: Path | None = None
+    autograde_logs: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def score(self, student: str, unit: str) -> tuple[float, float]:
+        cells = self.cell_scores[(student, unit)].values()
+        return sum(s for s, _ in cells), sum(m for _, m in cells)
+
+
+def run_sample_class(workdir: Path, units: list[str] | None = None, log=print) -> SampleClass:
+    started = time.perf_counter()
+    units = units or [u for u in UNITS if solution_notebook(u).exists()]
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    course = ScratchCourse(workdir / "course")
+    course.create()
+    result = SampleClass(course=course, units=units)
+    for unit in units:
+        name = unit_notebook_name(unit)
+        log(f"[{unit}] generate_assignment")
+        course.generate_assignment(unit)
+        maker = SampleMaker(unit, course.release / unit / name)
+        for student, nb in maker.students().items():
+            path = workdir / "samples" / student / unit / name
+            path.parent.mkdir(parents=True, exist_ok=True)
+            nbformat.write(nb, path)
+            course.submit(student, unit, path, name)
+        log(f"[{unit}] autograde {len(STUDENTS)} sample submissions")
+        proc = course.autograde(unit)
+        result.autograde_logs[unit] = proc.stdout + proc.stderr
+        log(f"[{unit}] generate_feedback")
+        course.generate_feedback(unit)
+    result.grades_csv = course.path / "grades.csv"
+    course.export(result.grades_csv)
+    with course.gradebook() as gb:
+        for unit in units:
+            notebook_id = unit_notebook_name(unit).removesuffix(".ipynb")
+            for student in STUDENTS:
+                try:
+                    submission = gb.find_submission_notebook(notebook_id, unit, student)
+                except Exception:  # noqa: BLE001 - a student whose kernel died has no entry
+                    result.cell_scores[(student, unit)] = {}
+                    continue
+                result.cell_scores[(student, unit)] = {
+                    g.name: (float(g.score or 0.0), float(g.max_score)) for g in submission.grades
+                }
+                feedback = course.path / "feedback" / student / unit / f"{notebook_id}.html"
+                if feedback.exists():
+                    result.feedback[(student, unit)] = feedback
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def score_table(result: SampleClass) -> str:
+    width = max(len(f"{s}  {d}") for s, d in STUDENTS.items()) + 2
+    header = "student".ljust(width) + "".join(u.rjust(16) for u in result.units)
+    lines = [header, "-" * len(header)]
+    for student, what in STUDENTS.items():
+        row = f"{student}  {what}".ljust(width)
+        for unit in result.units:
+            score, max_score = result.score(student, unit)
+            row += f"{fmt(score)}/{fmt(max_score)}".rjust(16)
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder demo", description=__doc__.split("\n")[0])
+    parser.add_argument("--workdir", default=str(ROOT / ".course_demo"), help="scratch folder (wiped first)")
+    parser.add_argument("--units", nargs="*", help="units to run (default: every graded unit)")
+    args = parser.parse_args(argv)
+    result = run_sample_class(Path(args.workdir), args.units)
+    print()
+    print(score_table(result))
+    print()
+    for unit in result.units:
+        print(f"Per-cell scores for {unit}:")
+        for student in STUDENTS:
+            cells = result.cell_scores[(student, unit)]
+            parts = ", ".join(
+                f"{cell.removeprefix('grade_')} {fmt(s)}/{fmt(m)}" for cell, (s, m) in cells.items()
+            )
+            print(f"  {student}: {parts or 'not graded (see the autograde log)'}")
+    feedback_root = result.course.path / "feedback"
+    print(f"\nFeedback pages ({len(result.feedback)}): {feedback_root}/<student>/<unit>/<notebook>.html")
+    print(f"  e.g. {next(iter(result.feedback.values()), 'none')}")
+    print(f"Grades exported to: {result.grades_csv}")
+    with open(result.grades_csv) as f:
+        rows = list(csv.DictReader(f))
+    print(f"  ({len(rows)} rows: one per student and assignment)")
+    print(f"\nThe whole loop took {result.seconds:.0f} s.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

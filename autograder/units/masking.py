@@ -1,0 +1,613 @@
+"""Unit 02, masking (NumPy): the hidden checks and the misconception catalogue.
+
+The reference is the solution notebook (`solutions/02_masking/masking.ipynb`); the variants
+below are wrong on purpose, each one mistake away from the reference.
+
+`looks_causal` is graded differently from the other parts: its inputs are attention
+functions (the "oracles" below), and its answer is a verdict. The expected verdict comes from
+the reference `looks_causal`; `tests/test_unit_masking.py` checks that the reference agrees
+with the known truth (`ORACLE_CASES`) for every one of them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..compare import Tolerance, as_array, compare_arrays, describe
+from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
+
+EXACT = Tolerance(rtol=0.0, atol=0.0)
+
+
+@dataclass(frozen=True)
+class RequireDtype(Tolerance):
+    """A tolerance that also asks for the expected dtype (bool for a mask, integers for ids).
+
+    A check's diagnose sees only (result, expected, inputs, tol), so the one check of a part
+    that grades the dtype says so through its tolerance; the part's other checks compare
+    values only, so a wrong dtype costs one check, not all of them.
+    """
+
+
+# ---------------------------------------------------------------- comparing results
+
+
+def diagnose_mask(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    """A causal mask: shape, then which entry is wrong, then (on the dtype check only) bool.
+
+    Our call on 0/1 masks: the contract says boolean, and a 0/1 mask does misbehave
+    (`~mask` on integers gives -1 and -2, `x[mask]` picks rows by number), so it loses the
+    one dtype check, with a message saying why. The value checks read 0/1 as False/True and
+    give credit for the right pattern: the triangle is the idea, the dtype is a detail.
+    The dtype is only required when the expected result is itself boolean, so that a
+    student's 0/1 mask can still be matched against a variant that returns 0/1 numbers.
+    """
+    want = np.asarray(expected)
+    got = as_array(result)
+    if got is None:
+        return f"expected a boolean array of shape {want.shape}, got {describe(result)}"
+    if got.shape != want.shape:
+        return f"the mask has shape {got.shape}, expected {want.shape}"
+    if not np.all(np.isfinite(got)):
+        return "the mask holds NaN or inf: it should hold only True and False"
+    wrong = np.argwhere((got != 0) != (want != 0))
+    if len(wrong) == 0:
+        dtype = np.asarray(result).dtype
+        if isinstance(tol, RequireDtype) and want.dtype.kind == "b" and dtype.kind != "b":
+            return (
+                f"the mask's values are right but its dtype is {dtype}, not bool: build it with "
+                "dtype=bool or from a comparison (a 0/1 mask misbehaves: ~mask on integers gives "
+                "-1 and -2, and x[mask] picks rows by number instead of by position)"
+            )
+        return None
+    i, j = (int(k) for k in wrong[0])
+    if want[i, j]:
+        if i == j:
+            return (f"entry ({i}, {i}) on the diagonal is False: every position must be allowed "
+                    "to read itself")
+        return f"entry ({i}, {j}) is False, but query {i} may read the earlier key {j}"
+    return f"entry ({i}, {j}) is True, but query {i} must not read the later key {j}"
+
+
+def diagnose_causal_output(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    problem = compare_arrays(result, expected, tol)
+    if problem is None or "shape" in problem or "expected an array" in problem:
+        return problem
+    x, _, _, W_v = inputs.args[:4]
+    got = as_array(result)
+    own_value = np.asarray(x, dtype=float)[..., :1, :] @ W_v  # what position 0 must output
+    if np.all(np.isfinite(got)) and not np.allclose(got[..., :1, :], own_value, rtol=tol.rtol, atol=tol.atol):
+        return (problem + "; in particular the output at position 0 is not x[0] @ W_v, yet the "
+                "first token may read only itself")
+    return problem
+
+
+def diagnose_pairs(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    if not isinstance(result, tuple | list) or len(result) != 2:
+        return f"expected the pair `(inputs, targets)`, got {describe(result)}"
+    for label, got, want in zip(("`inputs`", "`targets`"), result, expected, strict=True):
+        problem = compare_arrays(got, want, tol, label)
+        if problem is not None:
+            got_array = as_array(got)
+            want_shape = np.shape(want)
+            if got_array is not None and got_array.ndim > 1 and got_array.shape[:-1] != want_shape[:-1]:
+                problem += " (slice the last axis, tokens[..., :-1], so the batch axes stay whole)"
+            return problem
+        want_dtype = np.asarray(want).dtype
+        got_dtype = np.asarray(got).dtype
+        if (isinstance(tol, RequireDtype) and np.issubdtype(want_dtype, np.integer)
+                and not np.issubdtype(got_dtype, np.integer)):
+            return f"{label} has dtype {got_dtype}: token ids must stay integers"
+    return None
+
+
+def diagnose_verdict(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    if not isinstance(result, bool | np.bool_):
+        return f"`looks_causal` should return True or False, got {describe(result)}"
+    if bool(result) == bool(expected):
+        return None
+    fn = inputs.args[0]
+    n = inputs.kwargs.get("n", 8)
+    if expected:
+        note = getattr(fn, "causal_note", "this function is causal")
+        return f"said it leaks, but {note}"
+    leak = getattr(fn, "leak", None)
+    return f"said causal, but {leak(n) if leak else 'this function leaks'}"
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def mask_inputs(n):
+    def make(rng):
+        return Inputs((int(n),))
+
+    return make
+
+
+def causal_attention_inputs(batch, n, d_model, d_k, d_v, scale=1.0):
+    def make(rng):
+        x = rng.normal(0.0, 1.0, (*batch, n, d_model))
+        W_q, W_k = (rng.normal(0.0, scale * d_model**-0.5, (d_model, d_k)) for _ in range(2))
+        W_v = rng.normal(0.0, d_model**-0.5, (d_model, d_v))
+        return Inputs((x, W_q, W_k, W_v))
+
+    return make
+
+
+def token_inputs(shape, vocab=50):
+    def make(rng):
+        return Inputs((rng.integers(0, vocab, shape),))
+
+    return make
+
+
+# ---------------------------------------------------------------- attention functions for looks_causal
+# Plain module-level functions (the engine deep-copies a check's inputs; a function copies as
+# itself). Each maps x (..., n, d) to (..., n, d) for any n and d, with fixed random weights.
+# `leak(n)` says in words how one leaks; `causal_note` why a causal one is fine.
+
+
+def _matrices(d, seed, count=3):
+    rng = np.random.default_rng([seed, d])
+    return [rng.normal(0.0, d**-0.5, (d, d)) for _ in range(count)]
+
+
+def _lower(n, k=0):
+    return np.tril(np.ones((n, n), dtype=bool), k=k)
+
+
+def _attend(x, allowed, seed):
+    """Single-head self-attention with fixed weights: (out, values)."""
+    x = np.asarray(x, dtype=float)
+    W_q, W_k, W_v = _matrices(x.shape[-1], seed)
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if allowed is not None:
+        scores = np.where(allowed, scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ v, v
+
+
+def causal_attention(x):
+    return _attend(x, _lower(np.shape(x)[-2]), seed=1)[0]
+
+
+def full_attention(x):
+    return _attend(x, None, seed=2)[0]
+
+
+def last_into_first(x):
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=3)
+    out = out.copy()
+    out[..., 0, :] += 0.5 * v[..., -1, :]
+    return out
+
+
+TINY = 1e-3
+
+
+def tiny_leak(x):
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=4)
+    out = out.copy()
+    out[..., :-1, :] = (1.0 - TINY) * out[..., :-1, :] + TINY * v[..., 1:, :]
+    return out
+
+
+def leak_for_negative_inputs(x):
+    x = np.asarray(x, dtype=float)
+    out, _ = _attend(x, _lower(x.shape[-2]), seed=5)
+    (W_gate,) = _matrices(x.shape[-1], seed=50, count=1)
+    out = out.copy()
+    out[..., :-1, :] += 0.5 * np.maximum(-x[..., 1:, :], 0.0) @ W_gate
+    return out
+
+
+def causal_with_roundoff(x):
+    # Normalising by a norm of the whole sequence and undoing it is a no-op in exact
+    # arithmetic; in floats it moves the values by an ulp or so, by an amount that depends
+    # on every position. Causal, with round-off differences of ~1e-16.
+    x = np.asarray(x, dtype=float)
+    scale = np.linalg.norm(x) / 3.0 + 0.1
+    return _attend((x / scale) * scale, _lower(x.shape[-2]), seed=6)[0]
+
+
+def per_position_mlp(x):
+    x = np.asarray(x, dtype=float)
+    W_1, W_2 = _matrices(x.shape[-1], seed=7, count=2)
+    return np.maximum(x @ W_1, 0.0) @ W_2
+
+
+def last_into_second_last(x):
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=8)
+    out = out.copy()
+    if out.shape[-2] >= 2:
+        out[..., -2, :] += 0.5 * v[..., -1, :]
+    return out
+
+
+def previous_token(x):
+    x = np.asarray(x, dtype=float)
+    (W_v,) = _matrices(x.shape[-1], seed=9, count=1)
+    v = x @ W_v
+    out = np.zeros_like(v)
+    out[..., 1:, :] = v[..., :-1, :]
+    return out
+
+
+def first_token(x):
+    x = np.asarray(x, dtype=float)
+    (W_v,) = _matrices(x.shape[-1], seed=10, count=1)
+    v = x @ W_v
+    return np.broadcast_to(v[..., :1, :], v.shape).copy()
+
+
+BUILT_FOR = 10
+
+
+def mask_built_for_ten(x):
+    # A mask that is only right for the first 10 positions: the key columns from 10 on stay
+    # allowed for every query. Causal for n <= 10, leaky beyond.
+    n = np.shape(x)[-2]
+    allowed = np.ones((n, n), dtype=bool)
+    m = min(n, BUILT_FOR)
+    allowed[:m, :m] = _lower(m)
+    return _attend(x, allowed, seed=11)[0]
+
+
+def _describe(fn, causal_note=None, leak=None):
+    fn.causal_note = causal_note
+    fn.leak = leak
+
+
+_describe(causal_attention, causal_note="this is correctly masked causal attention: no output at position i "
+          "depends on an input after i")
+_describe(causal_with_roundoff, causal_note="this function is causal: when later inputs change, its outputs up to "
+          "position i move only by float round-off (about 1e-16); compare with a tiny tolerance such as "
+          "atol=1e-9 rather than with exact equality")
+_describe(per_position_mlp, causal_note="this per-position MLP never mixes positions: each output depends on its "
+          "own position's input only, which is allowed")
+_describe(previous_token, causal_note="each output reads only the previous position (position i reads i - 1), "
+          "which is allowed: change only the inputs AFTER position i, never position i itself")
+_describe(first_token, causal_note="every output reads only position 0, which is allowed; changing position i "
+          "itself (or position 0) is not a test of causality")
+_describe(full_attention, leak=lambda n: f"this is attention without a mask: position {n - 1} changes the output at "
+          "position 0, and every later position changes every earlier one")
+_describe(last_into_first, leak=lambda n: f"this function lets position {n - 1} (the last) change the output at "
+          "position 0 (the first), and that is its only leak: change ALL the positions after i, and compare ALL "
+          "the outputs up to i")
+_describe(tiny_leak, leak=lambda n: f"this function puts a weight of {TINY:g} on the next position, so changing "
+          "position i + 1 moves the output at position i by about 1e-3: a small leak is still a leak (use a "
+          "tolerance near 1e-9)")
+_describe(leak_for_negative_inputs, leak=lambda n: "the output at position i reads position i + 1 whenever that "
+          "input has a negative entry: a leak that only some inputs reveal (try several random inputs, positive "
+          "and negative)")
+_describe(last_into_second_last, leak=lambda n: f"this function lets position {n - 1} change the output at position "
+          f"{n - 2}, and nothing else: check every position i, not only position 0")
+_describe(mask_built_for_ten, leak=lambda n: f"with n={n}, the outputs at positions 0 to 9 read positions 10 and "
+          "later: use the `n` (and `d`, `trials`, `seed`) you are given")
+
+
+@dataclass(frozen=True)
+class OracleCase:
+    name: str
+    what: str
+    fn: object
+    kwargs: dict
+    causal: bool  # the known truth
+
+
+ORACLE_CASES = (
+    OracleCase("causal_attention", "causal attention, default n, d and trials", causal_attention, {}, True),
+    OracleCase("causal_attention_long", "causal attention with n=12, d=6, trials=2", causal_attention,
+               {"n": 12, "d": 6, "trials": 2}, True),
+    OracleCase("full_attention", "attention with no mask at all", full_attention, {}, False),
+    OracleCase("last_into_first", "a leak only from the last position into the first", last_into_first, {}, False),
+    OracleCase("tiny_leak", "a tiny leak: weight 0.001 on the next position", tiny_leak, {}, False),
+    OracleCase("input_dependent_leak", "a leak that opens only for some inputs", leak_for_negative_inputs, {},
+               False),
+    OracleCase("roundoff", "a causal function with float round-off noise", causal_with_roundoff, {}, True),
+    OracleCase("per_position_mlp", "a per-position MLP (no mixing between positions)", per_position_mlp, {}, True),
+    OracleCase("last_into_second_last", "a leak only from the last position into the one before it",
+               last_into_second_last, {}, False),
+    OracleCase("previous_token", "a previous-token head (position i reads i - 1)", previous_token, {}, True),
+    OracleCase("first_token", "a first-token head (every position reads position 0)", first_token, {}, True),
+    OracleCase("long_sequence_leak", "a mask that is right only for the first 10 positions, with n=12",
+               mask_built_for_ten, {"n": 12}, False),
+)
+
+
+def oracle_inputs(case: OracleCase):
+    def make(rng):
+        return Inputs((case.fn,), dict(case.kwargs))
+
+    return make
+
+
+# ---------------------------------------------------------------- the wrong variants
+# Each takes the reference namespace first, then the part's own arguments.
+
+
+def mask_variant(make):
+    return lambda ref, n: make(n)
+
+
+def self_attention_with(make_mask):
+    def variant(ref, x, W_q, W_k, W_v):
+        return ref.self_attention(x, W_q, W_k, W_v, mask=make_mask(ref, x.shape[-2]))
+
+    return variant
+
+
+def csa_mask_forgotten(ref, x, W_q, W_k, W_v):
+    return ref.self_attention(x, W_q, W_k, W_v)
+
+
+def _scores(x, W_q, W_k):
+    Q, K = x @ W_q, x @ W_k
+    return Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+
+
+def csa_mask_added(ref, x, W_q, W_k, W_v):
+    mask = ref.causal_mask(x.shape[-2])
+    weights = ref.softmax(_scores(x, W_q, W_k) + mask.astype(float), axis=-1)
+    return weights @ (x @ W_v)
+
+
+def csa_mask_after_softmax(ref, x, W_q, W_k, W_v):
+    mask = ref.causal_mask(x.shape[-2])
+    weights = ref.softmax(_scores(x, W_q, W_k), axis=-1) * mask
+    return weights @ (x @ W_v)
+
+
+def _detector(attn_fn, n=8, d=4, trials=3, seed=0, *, positions="all", perturb="after", compare="upto",
+              same=lambda a, b: np.allclose(a, b, rtol=0.0, atol=1e-9), inputs="random"):
+    """A leak detector with one knob per mistake; with the defaults it is a correct one.
+
+    positions: "all" (every i) or "zero" (only i = 0). perturb: "after" (positions > i),
+    "next" (position i + 1 only) or "from_i" (positions >= i). compare: "upto" (outputs
+    0..i), "at_i" (output i only) or "after" (outputs > i). inputs: "random" or "ones"
+    (a single trial: all ones, the changed positions set to 2).
+    """
+    rng = np.random.default_rng(seed)
+    for _ in range(1 if inputs == "ones" else trials):
+        x = np.ones((n, d)) if inputs == "ones" else rng.normal(size=(n, d))
+        base = np.asarray(attn_fn(x.copy()), dtype=float)
+        for i in range(1 if positions == "zero" else n - 1):
+            start = i if perturb == "from_i" else i + 1
+            stop = i + 2 if perturb == "next" else n
+            changed = x.copy()
+            changed[start:stop] = 2.0 if inputs == "ones" else rng.normal(size=(stop - start, d))
+            out = np.asarray(attn_fn(changed), dtype=float)
+            rows = {"upto": slice(0, i + 1), "at_i": slice(i, i + 1), "after": slice(i + 1, n)}[compare]
+            if not same(out[rows], base[rows]):
+                return False
+    return True
+
+
+def detector(**knobs):
+    return lambda ref, attn_fn, n=8, d=4, trials=3, seed=0: _detector(attn_fn, n, d, trials, seed, **knobs)
+
+
+def detector_ignoring_arguments(ref, attn_fn, n=8, d=4, trials=3, seed=0):
+    return _detector(attn_fn)
+
+
+MISCONCEPTIONS = (
+    Misconception(
+        "mask_diagonal_excluded",
+        "a mask that leaves out the diagonal (np.tril(..., k=-1))",
+        "Position i may read itself: the diagonal belongs to the mask (np.tril with k=0). Without it "
+        "row 0 allows nothing, and a softmax over nothing but -inf is NaN.",
+        {
+            "causal_mask": mask_variant(lambda n: _lower(n, -1)),
+            "causal_self_attention": self_attention_with(lambda ref, n: _lower(n, -1)),
+        },
+    ),
+    Misconception(
+        "mask_upper_triangle",
+        "an upper-triangular mask (np.triu, or the causal mask transposed)",
+        "Row i is query i and column j is key j; query i may read keys j <= i, which lie on and BELOW "
+        "the diagonal: np.tril, not np.triu, and no transpose.",
+        {
+            "causal_mask": mask_variant(lambda n: np.triu(np.ones((n, n), dtype=bool))),
+            "causal_self_attention": self_attention_with(lambda ref, n: ref.causal_mask(n).T),
+        },
+    ),
+    Misconception(
+        "mask_one_ahead",
+        "a mask with one diagonal too many (np.tril(..., k=1)): position i also reads i + 1",
+        "Position i + 1 holds exactly the token that position i must predict: use k=0.",
+        {
+            "causal_mask": mask_variant(lambda n: _lower(n, 1)),
+            "causal_self_attention": self_attention_with(lambda ref, n: _lower(n, 1)),
+        },
+    ),
+    Misconception(
+        "mask_as_numbers",
+        "a mask of 0/1 numbers instead of booleans",
+        "Make it boolean: np.tril(np.ones((n, n), dtype=bool)), or compare positions "
+        "(np.arange(n)[:, None] >= np.arange(n)), which gives booleans.",
+        {"causal_mask": mask_variant(lambda n: np.tril(np.ones((n, n))))},
+    ),
+    Misconception(
+        "mask_forgotten",
+        "self-attention with no mask",
+        "Pass mask=causal_mask(n), with n = x.shape[-2], to self_attention.",
+        {"causal_self_attention": csa_mask_forgotten},
+    ),
+    Misconception(
+        "mask_added_to_scores",
+        "the 0/1 mask added to the scores instead of -inf put where it is False",
+        "Adding 1 to the allowed scores changes almost nothing; forbidden scores must become -inf "
+        "(np.where(mask, scores, -np.inf)), or pass the mask to self_attention.",
+        {"causal_self_attention": csa_mask_added},
+    ),
+    Misconception(
+        "mask_after_softmax",
+        "the mask applied to the weights after the softmax",
+        "Zeroing weights afterwards leaves rows that do not sum to one, and the denominator still "
+        "holds the future scores: mask the scores (-inf) before the softmax.",
+        {"causal_self_attention": csa_mask_after_softmax},
+    ),
+    Misconception(
+        "targets_not_shifted",
+        "targets that are the same tokens as the inputs",
+        "The target at position i is the NEXT token: targets = tokens[..., 1:].",
+        {"next_token_pairs": lambda ref, tokens: (tokens[..., :-1], tokens[..., :-1])},
+    ),
+    Misconception(
+        "pairs_shifted_backwards",
+        "inputs and targets the wrong way round (inputs = tokens[..., 1:], targets = tokens[..., :-1])",
+        "The model reads the prefix and predicts what comes next: inputs drop the LAST token, "
+        "targets drop the FIRST.",
+        {"next_token_pairs": lambda ref, tokens: (tokens[..., 1:], tokens[..., :-1])},
+    ),
+    Misconception(
+        "pairs_sliced_first_axis",
+        "slicing the first axis (tokens[:-1]) instead of the last",
+        "On a batch, tokens[:-1] drops a whole sequence: slice the sequence axis with "
+        "tokens[..., :-1] and tokens[..., 1:].",
+        {"next_token_pairs": lambda ref, tokens: (tokens[:-1], tokens[1:])},
+    ),
+    Misconception(
+        "targets_rolled",
+        "targets made with np.roll, which wraps the first token round to the end",
+        "The last token has no next token to predict: drop it from the inputs (n - 1 pairs) "
+        "instead of wrapping around.",
+        {"next_token_pairs": lambda ref, tokens: (tokens, np.roll(tokens, -1, axis=-1))},
+    ),
+    Misconception(
+        "token_ids_as_floats",
+        "token ids turned into floats",
+        "Token ids index an embedding table, so they must stay integers: slicing keeps the dtype, "
+        "so slice `tokens` itself rather than a float copy of it.",
+        {"next_token_pairs": lambda ref, tokens: (tokens[..., :-1].astype(float), tokens[..., 1:].astype(float))},
+    ),
+    # Verdicts are one bit, so a wrong verdict matches every variant that errs the same way and
+    # the first one listed is named. Order: exact equality before the two detectors that call
+    # every causal function leaky (so the round-off check names it); of those two, the more
+    # common off-by-one (x[i:]) first. Each detector variant is alone in failing at least one
+    # check, so each is named somewhere.
+    Misconception(
+        "detector_exact_equality",
+        "a detector that compares outputs with exact equality",
+        "Float round-off (about 1e-16) is not a leak: compare with a tiny tolerance, e.g. "
+        "np.allclose(a, b, rtol=0, atol=1e-9).",
+        {"looks_causal": detector(same=np.array_equal)},
+    ),
+    Misconception(
+        "detector_next_position_only",
+        "a detector that changes only position i + 1 and looks only at output i",
+        "A leak can jump several positions (the last token into the first): change every position "
+        "after i and compare every output up to i.",
+        {"looks_causal": detector(perturb="next", compare="at_i")},
+    ),
+    Misconception(
+        "detector_only_position_zero",
+        "a detector that only checks the output at position 0",
+        "A leak may reach a later position and never position 0: repeat the test for every i.",
+        {"looks_causal": detector(positions="zero")},
+    ),
+    Misconception(
+        "detector_loose_tolerance",
+        "a detector with a loose tolerance",
+        "A dependence of 1e-3 is a leak a model will learn to use; only round-off (~1e-16) should be "
+        "ignored: use a tolerance near 1e-9, not 1e-2 or np.allclose's relative default on large values.",
+        {"looks_causal": detector(same=lambda a, b: np.allclose(a, b, rtol=1e-2, atol=1e-2))},
+    ),
+    Misconception(
+        "detector_single_fixed_input",
+        "a detector that tries one special input (such as all ones) instead of several random ones",
+        "Some leaks open only for some inputs: use `trials` fresh random inputs (normal, with both "
+        "signs), and random new values for the changed positions.",
+        {"looks_causal": detector(inputs="ones")},
+    ),
+    Misconception(
+        "detector_perturbs_position_i",
+        "a detector that also changes position i itself (x[i:] instead of x[i + 1:])",
+        "Output i may depend on input i: change only the positions strictly after i.",
+        {"looks_causal": detector(perturb="from_i")},
+    ),
+    Misconception(
+        "detector_checks_after_i",
+        "a detector that compares the outputs AFTER position i instead of those up to i",
+        "Outputs after i are allowed to change when inputs after i change; the question is whether "
+        "outputs 0..i stay put: compare out[:i + 1].",
+        {"looks_causal": detector(compare="after")},
+    ),
+    Misconception(
+        "detector_ignores_arguments",
+        "a detector that ignores its arguments (n, d, trials, seed)",
+        "Build the test inputs with the n and d you are given: some leaks only appear in longer "
+        "sequences.",
+        {"looks_causal": detector_ignoring_arguments},
+    ),
+)
+
+
+# ---------------------------------------------------------------- the graded parts
+
+PARTS = (
+    Part(
+        "causal_mask",
+        diagnose=diagnose_mask,
+        checks=(
+            Check("n_1", "causal_mask(1)", 1, mask_inputs(1), tol=EXACT),
+            Check("n_4", "causal_mask(4)", 1, mask_inputs(4), tol=EXACT),
+            Check("n_9", "causal_mask(9)", 1, mask_inputs(9), tol=EXACT),
+            Check("dtype_bool", "causal_mask(5), whose dtype must be bool", 1, mask_inputs(5),
+                  tol=RequireDtype(0.0, 0.0)),
+        ),
+    ),
+    Part(
+        "causal_self_attention",
+        diagnose=diagnose_causal_output,
+        uses=("softmax", "scaled_dot_product_attention", "self_attention", "causal_mask"),
+        checks=(
+            Check("unbatched", "x (6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,
+                  causal_attention_inputs((), 6, 8, 4, 5)),
+            Check("batched", "x (2, 3, 7, 8) with W_q, W_k (8, 4) and W_v (8, 6)", 1,
+                  causal_attention_inputs((2, 3), 7, 8, 4, 6)),
+            Check("single_token", "a single token: x (3, 1, 6)", 1,
+                  causal_attention_inputs((3,), 1, 6, 4, 4)),
+            Check("long_sharp", "x (2, 16, 8) with large scores (sharp weights)", 1,
+                  causal_attention_inputs((2,), 16, 8, 8, 3, scale=4.0)),
+            Check("inputs_unchanged", "x and the weights are not modified", 1,
+                  causal_attention_inputs((2,), 5, 6, 3, 4), kind="unchanged"),
+        ),
+    ),
+    Part(
+        "next_token_pairs",
+        diagnose=diagnose_pairs,
+        checks=(
+            Check("one_sequence", "one sequence of 7 tokens", 1, token_inputs((7,)), tol=EXACT),
+            Check("batch", "a batch of 3 sequences of 9 tokens (ids stay integers)", 1, token_inputs((3, 9)),
+                  tol=RequireDtype(0.0, 0.0)),
+            Check("two_batch_axes", "tokens of shape (2, 3, 6)", 1, token_inputs((2, 3, 6)), tol=EXACT),
+            Check("shortest", "a batch of 4 sequences of 2 tokens (one pair each)", 1, token_inputs((4, 2)),
+                  tol=EXACT),
+            Check("inputs_unchanged", "the tokens are not modified", 1, token_inputs((2, 5)), kind="unchanged"),
+        ),
+    ),
+    Part(
+        "looks_causal",
+        diagnose=diagnose_verdict,
+        # A causal verdict counts only if the detector also catches the plain leak, and a leak
+        # verdict only if it also passes plain causal attention: a constant answer earns 0.
+        checks=tuple(
+            Check(case.name, case.what, 0.5, oracle_inputs(case),
+                  requires=("full_attention",) if case.causal else ("causal_attention",))
+            for case in ORACLE_CASES
+        ),
+    ),
+)
+
+UNIT = Unit(
+    "02_masking",
+    parts=PARTS,
+    misconceptions=MISCONCEPTIONS,
+    sample_bug=SampleBug("causal_mask", "np.tril(", "np.triu(", "mask_upper_triangle"),
+)

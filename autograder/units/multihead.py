@@ -1,0 +1,371 @@
+"""Unit 03, multi-head attention (NumPy): the hidden checks and the misconception catalogue.
+
+The reference is the solution notebook (`solutions/03_multihead/multihead.ipynb`); the
+variants below are wrong on purpose, each built from the reference with one mistake.
+Besides the reference, `multi_head_attention` is checked against PyTorch's own
+`torch.nn.MultiheadAttention` carrying the same weights (`torch_oracle`), an independent
+source of the expected values.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..compare import Tolerance
+from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
+from ..reference import load_reference
+
+UNIT_NAME = "03_multihead"
+
+# Splitting and merging only move numbers around: they must come back exact (the margin
+# allows a float32 round trip, nothing more).
+EXACT = Tolerance(rtol=1e-6, atol=1e-12)
+
+
+# ---------------------------------------------------------------- the grader's own pieces
+# Written here independently of the reference, to build inputs and expected values.
+
+
+def own_split(x, n_heads):
+    """(..., n, d_model) -> (..., n_heads, n, d_head), head k owning columns k*d_head:(k+1)*d_head."""
+    *lead, n, d_model = x.shape
+    return np.moveaxis(x.reshape(*lead, n, n_heads, d_model // n_heads), -2, -3)
+
+
+def own_merge(x):
+    """(..., n_heads, n, d_head) -> (..., n, d_model), the heads side by side."""
+    *lead, n_heads, n, d_head = x.shape
+    return np.moveaxis(x, -3, -2).reshape(*lead, n, n_heads * d_head)
+
+
+def causal_allowed(n):
+    return np.tril(np.ones((n, n), dtype=bool))
+
+
+def mha_call(inputs: Inputs):
+    """The arguments of a multi_head_attention check, by name."""
+    names = ("x", "W_q", "W_k", "W_v", "W_o", "n_heads", "causal")
+    call = dict(zip(names, inputs.args, strict=False))
+    call.update(inputs.kwargs)
+    call.setdefault("causal", True)
+    return call
+
+
+def torch_multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
+    """The same layer computed by torch.nn.MultiheadAttention, in float64.
+
+    torch's Linear computes `x @ W.T`, so the module holds the transposes of the course's
+    `x @ W` weights; its boolean `attn_mask` is True where attending is NOT allowed.
+    """
+    import torch
+
+    x = np.asarray(x, dtype=np.float64)
+    *lead, n, d_model = x.shape
+    layer = torch.nn.MultiheadAttention(d_model, n_heads, bias=False, batch_first=True, dtype=torch.float64)
+    layer.eval()
+    with torch.no_grad():
+        in_proj = np.concatenate([np.asarray(W, dtype=np.float64).T for W in (W_q, W_k, W_v)], axis=0)
+        layer.in_proj_weight.copy_(torch.from_numpy(np.ascontiguousarray(in_proj)))
+        layer.out_proj.weight.copy_(torch.from_numpy(np.ascontiguousarray(np.asarray(W_o, dtype=np.float64).T)))
+        flat = torch.from_numpy(np.ascontiguousarray(x.reshape(-1, n, d_model)))
+        attn_mask = torch.from_numpy(~causal_allowed(n)) if causal else None
+        out, _ = layer(flat, flat, flat, attn_mask=attn_mask, need_weights=False)
+    return out.numpy().reshape(*lead, n, d_model)
+
+
+def torch_oracle(inputs: Inputs):
+    """Expected multi_head_attention output from PyTorch.
+
+    Where torch is not installed (the grading environment should have it: it is pinned in
+    requirements.txt), fall back to the reference rather than fail the whole part.
+    """
+    call = mha_call(inputs)
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return load_reference(UNIT_NAME).multi_head_attention(**call)
+    return torch_multi_head_attention(**call)
+
+
+def round_trip_oracle(inputs: Inputs):
+    """merge_heads(split_heads(x)) must be x: undo the grader's own split."""
+    return own_merge(inputs.args[0])
+
+
+# ---------------------------------------------------------------- inputs
+
+
+def split_inputs(batch, n, d_model, n_heads, integers=False):
+    def make(rng):
+        if integers:  # every entry distinct, so any misplaced number shows
+            x = rng.permutation(int(np.prod((*batch, n, d_model)))).reshape(*batch, n, d_model).astype(float)
+        else:
+            x = rng.normal(0.0, 1.0, (*batch, n, d_model))
+        return Inputs((x, n_heads))
+
+    return make
+
+
+def merge_inputs(batch, n_heads, n, d_head):
+    def make(rng):
+        return Inputs((rng.normal(0.0, 1.0, (*batch, n_heads, n, d_head)),))
+
+    return make
+
+
+def round_trip_inputs(batch, n, d_model, n_heads):
+    def make(rng):
+        return Inputs((own_split(rng.normal(0.0, 1.0, (*batch, n, d_model)), n_heads),))
+
+    return make
+
+
+def mha_inputs(batch, n, d_model, n_heads, causal=None):
+    """causal=None leaves the argument out, so the default (True) is what is checked."""
+
+    def make(rng):
+        x = rng.normal(0.0, 1.0, (*batch, n, d_model))
+        W_q, W_k, W_v, W_o = (rng.normal(0.0, d_model**-0.5, (d_model, d_model)) for _ in range(4))
+        kwargs = {} if causal is None else {"causal": causal}
+        return Inputs((x, W_q, W_k, W_v, W_o, n_heads), kwargs)
+
+    return make
+
+
+# ---------------------------------------------------------------- the wrong variants
+# Each takes the reference namespace first, then the part's own arguments.
+
+
+def split_no_transpose(x, n_heads):
+    """Reshape straight to (..., n_heads, n, d_head): right shape, tokens and heads mixed up."""
+    *lead, n, d_model = x.shape
+    return x.reshape(*lead, n_heads, n, d_model // n_heads)
+
+
+def merge_no_transpose(x):
+    """Reshape (..., n_heads, n, d_head) straight to (..., n, d_model)."""
+    *lead, n_heads, n, d_head = x.shape
+    return x.reshape(*lead, n, n_heads * d_head)
+
+
+def split_strided(x, n_heads):
+    """Head k gets the strided columns k, k + n_heads, k + 2 n_heads, ..."""
+    *lead, n, d_model = x.shape
+    return np.moveaxis(x.reshape(*lead, n, d_model // n_heads, n_heads), -1, -3)
+
+
+def merge_strided(x):
+    """The inverse of split_strided: heads interleaved column by column."""
+    *lead, n_heads, n, d_head = x.shape
+    return np.moveaxis(x, -3, -1).reshape(*lead, n, n_heads * d_head)
+
+
+def mha_built(ref, x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, split=None, merge=None,
+              scale=lambda d_head, d_model: np.sqrt(d_head), allowed=causal_allowed, softmax_axis=-1,
+              project=lambda merged, W_o: merged @ W_o, transpose_weights=False):
+    """The reference's recipe with one ingredient swapped (the defaults give the reference)."""
+    split = split or ref.split_heads
+    merge = merge or ref.merge_heads
+    if transpose_weights:
+        W_q, W_k, W_v, W_o = W_q.T, W_k.T, W_v.T, W_o.T
+    q, k, v = (split(x @ W, n_heads) for W in (W_q, W_k, W_v))
+    scores = q @ np.swapaxes(k, -1, -2) / scale(q.shape[-1], x.shape[-1])
+    if causal:
+        scores = np.where(allowed(x.shape[-2]), scores, -np.inf)
+    weights = ref.softmax(scores, axis=softmax_axis)
+    return project(merge(weights @ v), W_o)
+
+
+def mha_variant(**changes):
+    def variant(ref, *args, **kwargs):
+        return mha_built(ref, *args, **kwargs, **changes)
+
+    return variant
+
+
+def mha_causal_forced(value):
+    def variant(ref, x, W_q, W_k, W_v, W_o, n_heads, causal=True):
+        return ref.multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=value)
+
+    return variant
+
+
+MISCONCEPTIONS = (
+    Misconception(
+        "split_without_transpose",
+        "heads made by reshaping straight to (..., n_heads, n, d_head), with no transpose",
+        "That reshape reads the numbers in memory order, so a 'head' gets pieces of several tokens "
+        "(and columns of other heads). Reshape to (..., n, n_heads, d_head) first, then swap the "
+        "two axes: np.swapaxes(x, -3, -2). Do the reverse in merge_heads.",
+        {
+            "split_heads": lambda ref, x, n_heads: split_no_transpose(x, n_heads),
+            "multi_head_attention": mha_variant(split=split_no_transpose, merge=merge_no_transpose),
+        },
+    ),
+    Misconception(
+        "split_strided_columns",
+        "heads that own every n_heads-th column (h, h + n_heads, ...) instead of a block of d_head "
+        "consecutive columns",
+        "Cut the last axis as (n_heads, d_head), in that order: x.reshape(..., n, n_heads, d_head), "
+        "so that head k owns columns k*d_head to (k+1)*d_head - 1.",
+        {
+            "split_heads": lambda ref, x, n_heads: split_strided(x, n_heads),
+            "multi_head_attention": mha_variant(split=split_strided, merge=merge_strided),
+        },
+    ),
+    Misconception(
+        "merge_without_transpose",
+        "heads merged by reshaping (..., n_heads, n, d_head) straight to (..., n, d_model), with no "
+        "transpose back",
+        "Swap the head and token axes back first (np.swapaxes(x, -3, -2)), then reshape: otherwise "
+        "a token's row is filled with several tokens' answers from one head.",
+        {
+            "merge_heads": lambda ref, x: merge_no_transpose(x),
+            "multi_head_attention": mha_variant(merge=merge_no_transpose),
+        },
+    ),
+    Misconception(
+        "merge_interleaved",
+        "heads merged column by column (interleaved, as by stacking them on the last axis) instead "
+        "of side by side",
+        "Head 0's d_head columns come first, then head 1's, and so on: swap to (..., n, n_heads, "
+        "d_head) and reshape, rather than moving the head axis to the end.",
+        {
+            "merge_heads": lambda ref, x: merge_strided(x),
+            "multi_head_attention": mha_variant(merge=merge_strided),
+        },
+    ),
+    Misconception(
+        "no_output_projection",
+        "the output projection W_o left out",
+        "After merging the heads, multiply by W_o: it is what lets every output feature combine "
+        "the results of all heads.",
+        {"multi_head_attention": mha_variant(project=lambda merged, W_o: merged)},
+    ),
+    Misconception(
+        "output_projection_transposed",
+        "the merged heads multiplied by W_o.T instead of W_o",
+        "In this course weights multiply on the right: merged @ W_o (torch's Linear stores the "
+        "transpose, but these are plain matrices).",
+        {"multi_head_attention": mha_variant(project=lambda merged, W_o: merged @ W_o.T)},
+    ),
+    Misconception(
+        "weights_transposed",
+        "every weight used transposed (x @ W.T, torch Linear style)",
+        "The weights here are (d_in, d_out) matrices used as x @ W: x @ W_q, x @ W_k, x @ W_v and "
+        "merged @ W_o, with no .T.",
+        {"multi_head_attention": mha_variant(transpose_weights=True)},
+    ),
+    Misconception(
+        "scale_by_d_model",
+        "each head's scores divided by sqrt(d_model) instead of sqrt(d_head)",
+        "Each head's dot products are d_head = d_model // n_heads long, so the scale is "
+        "np.sqrt(d_head); scaled_dot_product_attention on the split arrays does this by itself.",
+        {"multi_head_attention": mha_variant(scale=lambda d_head, d_model: np.sqrt(d_model))},
+    ),
+    Misconception(
+        "no_scaling",
+        "scores that are not divided by sqrt(d_head)",
+        "Divide each head's Q K^T by np.sqrt(d_head) before the softmax.",
+        {"multi_head_attention": mha_variant(scale=lambda d_head, d_model: 1.0)},
+    ),
+    Misconception(
+        "causal_ignored",
+        "no causal mask when causal=True",
+        "With causal=True pass mask=np.tril(np.ones((n, n), dtype=bool)) to the attention, so "
+        "token i only attends to tokens 0..i.",
+        {"multi_head_attention": mha_causal_forced(False)},
+    ),
+    Misconception(
+        "causal_always_on",
+        "the causal mask applied even when causal=False",
+        "Only build the mask when causal is True; with causal=False every token attends to every token.",
+        {"multi_head_attention": mha_causal_forced(True)},
+    ),
+    Misconception(
+        "mask_upper_triangle",
+        "a mask that lets each token see the future instead of the past (np.triu instead of np.tril)",
+        "True means 'may attend', and token i may attend to tokens 0..i: the lower triangle, "
+        "np.tril(np.ones((n, n), dtype=bool)).",
+        {"multi_head_attention": mha_variant(allowed=lambda n: np.triu(np.ones((n, n), dtype=bool)))},
+    ),
+    Misconception(
+        "softmax_over_queries",
+        "a softmax taken over the queries' axis (-2) instead of the keys' axis (-1)",
+        "Each query's weights over the keys must sum to one: softmax along axis=-1.",
+        {"multi_head_attention": mha_variant(softmax_axis=-2)},
+    ),
+)
+
+
+# ---------------------------------------------------------------- the graded parts
+
+PARTS = (
+    Part(
+        "split_heads",
+        checks=(
+            Check("unbatched", "x (5, 12) split into 3 heads", 1,
+                  split_inputs((), 5, 12, 3, integers=True), tol=EXACT),
+            Check("one_batch_axis", "x (2, 5, 12) split into 4 heads", 1,
+                  split_inputs((2,), 5, 12, 4), tol=EXACT),
+            Check("two_batch_axes", "x (2, 3, 4, 6) split into 2 heads", 1,
+                  split_inputs((2, 3), 4, 6, 2), tol=EXACT),
+            Check("one_head", "x (3, 7, 6) split into 1 head", 1,
+                  split_inputs((3,), 7, 6, 1), tol=EXACT),
+            Check("d_head_one", "x (2, 5, 4) split into 4 heads of width 1", 1,
+                  split_inputs((2,), 5, 4, 4), tol=EXACT),
+            Check("inputs_unchanged", "x is not modified", 1,
+                  split_inputs((2,), 4, 6, 3), kind="unchanged"),
+        ),
+    ),
+    Part(
+        "merge_heads",
+        checks=(
+            Check("unbatched", "3 heads (3, 5, 4) merged", 1, merge_inputs((), 3, 5, 4), tol=EXACT),
+            Check("one_batch_axis", "heads (2, 4, 5, 3) merged", 1, merge_inputs((2,), 4, 5, 3), tol=EXACT),
+            Check("two_batch_axes", "heads (2, 3, 2, 4, 3) merged", 1, merge_inputs((2, 3), 2, 4, 3), tol=EXACT),
+            Check("round_trip", "merge_heads(split_heads(x, 5)) gives x back, x (2, 6, 10)", 1,
+                  round_trip_inputs((2,), 6, 10, 5), tol=EXACT, oracle=round_trip_oracle),
+            Check("one_head", "a single head (2, 1, 5, 6) merged", 1, merge_inputs((2,), 1, 5, 6), tol=EXACT),
+            Check("d_head_one", "6 heads of width 1, (2, 6, 5, 1), merged", 1, merge_inputs((2,), 6, 5, 1), tol=EXACT),
+            Check("inputs_unchanged", "the heads array is not modified", 1,
+                  merge_inputs((2,), 3, 4, 2), kind="unchanged"),
+        ),
+    ),
+    Part(
+        "multi_head_attention",
+        uses=("softmax", "scaled_dot_product_attention", "split_heads", "merge_heads"),
+        forbid=(
+            "torch.nn.functional.scaled_dot_product_attention",
+            "torch.nn.functional.multi_head_attention_forward",
+            "torch.nn.MultiheadAttention",
+        ),
+        checks=(
+            Check("unbatched", "x (6, 8), 2 heads, causal by default", 1, mha_inputs((), 6, 8, 2)),
+            Check("one_batch_axis", "x (2, 5, 12), 3 heads, causal by default", 1, mha_inputs((2,), 5, 12, 3)),
+            Check("two_batch_axes", "x (2, 2, 4, 8), 4 heads, causal by default", 1,
+                  mha_inputs((2, 2), 4, 8, 4)),
+            Check("not_causal", "causal=False on x (2, 5, 8), 2 heads", 1, mha_inputs((2,), 5, 8, 2, causal=False)),
+            Check("one_head", "a single head on x (2, 5, 6)", 1, mha_inputs((2,), 5, 6, 1)),
+            Check("d_head_one", "4 heads of width 1 on x (2, 6, 4)", 1, mha_inputs((2,), 6, 4, 4)),
+            Check("torch_causal", "agrees with torch.nn.MultiheadAttention (same weights, causal), "
+                  "x (3, 7, 16), 4 heads", 1, mha_inputs((3,), 7, 16, 4, causal=True), oracle=torch_oracle),
+            Check("torch_not_causal", "agrees with torch.nn.MultiheadAttention (same weights, causal=False), "
+                  "x (2, 2, 5, 12), 3 heads", 1, mha_inputs((2, 2), 5, 12, 3, causal=False), oracle=torch_oracle),
+            Check("inputs_unchanged", "x and the four weights are not modified", 1,
+                  mha_inputs((2,), 4, 6, 2), kind="unchanged"),
+        ),
+    ),
+)
+
+UNIT = Unit(
+    UNIT_NAME,
+    parts=PARTS,
+    misconceptions=MISCONCEPTIONS,
+    sample_bug=SampleBug(
+        "split_heads",
+        "np.swapaxes(blocks, -3, -2)",
+        "blocks.reshape(*lead, n_heads, n, d_head)",
+        "split_without_transpose",
+    ),
+)

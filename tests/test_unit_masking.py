@@ -1,0 +1,266 @@
+"""Unit 02 (masking): tests specific to this unit's grader and reference.
+
+The generic suite grades the sample submissions and every catalogued misconception; here we
+check what is particular to 02_masking: that the reference leak detector gives the known
+truth on every attention function the grader hands it (and keeps doing so for other seeds,
+so that any sound detector can earn the points), that the tolerances in the checks sit
+where the notebook says, that every check can fail, and the dtype policy for masks.
+"""
+
+from __future__ import annotations
+
+import nbformat
+import numpy as np
+import pytest
+
+from autograder.core import grade_namespace, grade_part
+from autograder.paths import release_notebook, solution_notebook
+from autograder.reference import load_reference
+from autograder.submission import nbgrader_meta
+from autograder.units import get_unit
+from autograder.units import masking as spec
+
+UNIT = "02_masking"
+CASES = {case.name: case for case in spec.ORACLE_CASES}
+
+
+@pytest.fixture(scope="module")
+def ref():
+    return load_reference(UNIT)
+
+
+@pytest.fixture(scope="module")
+def unit():
+    return get_unit(UNIT)
+
+
+def namespace_with(ref, **replacements):
+    ns = {k: v for k, v in vars(ref).items()}
+    ns.update(replacements)
+    return ns
+
+
+# ---------------------------------------------------------------- the oracles and the reference detector
+
+
+@pytest.mark.parametrize("case", spec.ORACLE_CASES, ids=lambda c: c.name)
+def test_reference_verdict_is_the_known_truth(ref, case):
+    assert bool(ref.looks_causal(case.fn, **case.kwargs)) == case.causal
+
+
+@pytest.mark.parametrize("case", spec.ORACLE_CASES, ids=lambda c: c.name)
+def test_verdict_does_not_hang_on_the_seed(ref, case):
+    # A student's detector draws different random numbers: every leak must show up (and no
+    # causal function may seem to leak) for any seed, even with a single trial.
+    for seed in range(30):
+        kwargs = {**case.kwargs, "seed": seed, "trials": 1}
+        assert bool(ref.looks_causal(case.fn, **kwargs)) == case.causal, (case.name, seed)
+
+
+def test_the_truth_table_covers_both_answers():
+    verdicts = [case.causal for case in spec.ORACLE_CASES]
+    assert verdicts.count(True) >= 5 and verdicts.count(False) >= 5
+
+
+def test_the_oracles_really_do_what_their_names_say():
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(8, 4))
+    later = x.copy()
+    later[7] = rng.normal(size=4)
+    # the last-into-first leak moves only output 0 among outputs 0..6
+    moved = np.abs(spec.last_into_first(later) - spec.last_into_first(x))[:7].max(axis=-1) > 1e-9
+    assert moved.tolist() == [True] + [False] * 6
+    # the second-to-last leak moves only output 6
+    moved = np.abs(spec.last_into_second_last(later) - spec.last_into_second_last(x))[:7].max(axis=-1) > 1e-9
+    assert moved.tolist() == [False] * 6 + [True]
+    # the input-dependent leak is silent for positive inputs
+    ones = np.ones((8, 4))
+    gated_ones = spec.leak_for_negative_inputs(ones) - spec._attend(ones, spec._lower(8), seed=5)[0]
+    assert np.abs(gated_ones).max() == 0.0
+    # the mask built for ten positions is causal up to n = 10, leaky beyond
+    for n in (8, 10):
+        assert spec.mask_built_for_ten(np.ones((n, 3))).shape == (n, 3)
+    assert bool(load_reference(UNIT).looks_causal(spec.mask_built_for_ten, n=10))
+    assert not load_reference(UNIT).looks_causal(spec.mask_built_for_ten, n=11)
+
+
+def test_tolerance_window_between_roundoff_and_the_tiny_leak():
+    # The notebook promises: round-off is far below 1e-9, the tiny leak far above it (and
+    # below the 1e-2 a loose detector would accept).
+    rng = np.random.default_rng(1)
+    tiny, roundoff = [], []
+    for _ in range(200):
+        x = rng.normal(size=(8, 4))
+        i = int(rng.integers(0, 7))
+        y = x.copy()
+        y[i + 1:] = rng.normal(size=(7 - i, 4))
+        tiny.append(np.abs(spec.tiny_leak(x)[: i + 1] - spec.tiny_leak(y)[: i + 1]).max())
+        roundoff.append(np.abs(spec.causal_with_roundoff(x)[: i + 1] - spec.causal_with_roundoff(y)[: i + 1]).max())
+    assert 1e-5 < min(tiny) and max(tiny) < 1e-2
+    assert max(roundoff) < 1e-12
+    assert np.mean(np.array(roundoff) > 0) > 0.2, "the round-off oracle should really differ at round-off level"
+
+
+def test_plain_causal_attention_is_causal_bit_for_bit():
+    rng = np.random.default_rng(2)
+    x = rng.normal(size=(8, 4))
+    y = x.copy()
+    y[5:] = rng.normal(size=(3, 4))
+    assert np.array_equal(spec.causal_attention(x)[:5], spec.causal_attention(y)[:5])
+
+
+# ---------------------------------------------------------------- the reference itself
+
+
+def test_reference_gets_full_marks(ref, unit):
+    results = grade_namespace(unit, namespace_with(ref))
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
+    assert unit.points == 20
+
+
+def test_reference_attention_passes_its_own_leak_detector(ref):
+    rng = np.random.default_rng(3)
+    W_q, W_k, W_v = (rng.normal(size=(4, 5)) for _ in range(3))
+    assert ref.looks_causal(lambda x: ref.causal_self_attention(x, W_q, W_k, W_v))
+    assert not ref.looks_causal(lambda x: ref.self_attention(x, W_q, W_k, W_v))
+
+
+def test_provided_functions_are_a_locked_reference_cell_and_ship_intact():
+    def cell(path, grade_id):
+        nb = nbformat.read(path, as_version=4)
+        return next(c for c in nb.cells if nbgrader_meta(c).get("grade_id") == grade_id)
+
+    source = cell(solution_notebook(UNIT), "setup_attention")
+    meta = nbgrader_meta(source)
+    assert meta["locked"] and not meta["grade"] and not meta["solution"]
+    for name in ("softmax", "scaled_dot_product_attention", "self_attention"):
+        assert f"def {name}(" in source.source
+    released = cell(release_notebook(UNIT), "setup_attention")
+    assert released.source == source.source
+
+
+# ---------------------------------------------------------------- the checks
+
+
+def test_every_check_can_fail(ref, unit):
+    """Each check fails for at least one wrong implementation (catalogued or below)."""
+
+    def always(verdict):
+        return lambda attn_fn, n=8, d=4, trials=3, seed=0: verdict
+
+    def csa_scaling_in_place(x, W_q, W_k, W_v):
+        W_q *= 1.0 / np.sqrt(W_q.shape[-1])  # right result, but the caller's W_q is changed
+        scores = (x @ W_q) @ np.swapaxes(x @ W_k, -1, -2)
+        scores = np.where(ref.causal_mask(x.shape[-2]), scores, -np.inf)
+        return ref.softmax(scores) @ (x @ W_v)
+
+    def pairs_padding_in_place(tokens):
+        targets = tokens[..., 1:].copy()
+        tokens[..., -1] = 0  # "pad" the last token: right result, input changed
+        return tokens[..., :-1], targets
+
+    wrong = {part.name: [] for part in unit.parts}
+    for mistake in unit.misconceptions:
+        for part, variant in mistake.variants.items():
+            wrong[part].append(lambda *a, v=variant, **k: v(ref, *a, **k))
+    wrong["looks_causal"] += [always(True), always(False)]
+    wrong["causal_self_attention"].append(csa_scaling_in_place)
+    wrong["next_token_pairs"].append(pairs_padding_in_place)
+    wrong["causal_mask"].append(lambda n: np.ones((n, n), dtype=bool))
+
+    for part in unit.parts:
+        failed = set()
+        for fn in wrong[part.name]:
+            failed |= {r.name for r in grade_part(unit, part.name, namespace_with(ref, **{part.name: fn}))
+                       if not r.passed}
+        never = {f"{part.name}/{c.name}" for c in part.checks} - failed
+        assert not never, f"checks that no wrong implementation fails: {sorted(never)}"
+
+
+@pytest.mark.parametrize("dtype", [float, int, np.uint8])
+def test_a_zero_one_mask_loses_only_the_dtype_check(ref, unit, dtype):
+    def mask(n):
+        return np.tril(np.ones((n, n))).astype(dtype)
+
+    results = grade_part(unit, "causal_mask", namespace_with(ref, causal_mask=mask))
+    failed = [r for r in results if not r.passed]
+    assert [r.name for r in failed] == ["causal_mask/dtype_bool"]
+    assert "bool" in failed[0].message and failed[0].misconception == "mask_as_numbers"
+
+
+def test_float_token_ids_lose_only_the_dtype_check(ref, unit):
+    def pairs(tokens):
+        tokens = tokens.astype(float)
+        return tokens[..., :-1], tokens[..., 1:]
+
+    results = grade_part(unit, "next_token_pairs", namespace_with(ref, next_token_pairs=pairs))
+    failed = [r for r in results if not r.passed]
+    assert [r.name for r in failed] == ["next_token_pairs/batch"]
+    assert "integers" in failed[0].message and failed[0].misconception == "token_ids_as_floats"
+
+
+def test_mask_messages_point_at_the_wrong_entry(ref, unit):
+    def strictly_lower(n):
+        return np.tril(np.ones((n, n), dtype=bool), k=-1)
+
+    results = grade_part(unit, "causal_mask", namespace_with(ref, causal_mask=strictly_lower))
+    first = results[0]
+    assert not first.passed and "(0, 0)" in first.message and "diagonal" in first.message
+    assert first.misconception == "mask_diagonal_excluded"
+
+
+def test_a_student_bug_in_causal_mask_costs_points_once(ref, unit):
+    # causal_self_attention calls causal_mask, which the grader swaps for the reference's.
+    def upper(n):
+        return np.triu(np.ones((n, n), dtype=bool))
+
+    ns = namespace_with(ref, causal_mask=upper)
+    exec(
+        "def causal_self_attention(x, W_q, W_k, W_v):\n"
+        "    return self_attention(x, W_q, W_k, W_v, mask=causal_mask(x.shape[-2]))\n",
+        ns,
+    )
+    results = grade_namespace(unit, ns)
+    lost = {r.name.split("/")[0] for r in results if not r.passed}
+    assert lost == {"causal_mask"}
+
+
+def test_looks_causal_must_return_a_bool(ref, unit):
+    results = grade_part(unit, "looks_causal",
+                         namespace_with(ref, looks_causal=lambda f, n=8, d=4, trials=3, seed=0: int(
+                             ref.looks_causal(f, n, d, trials, seed))))
+    assert not any(r.passed for r in results)
+    assert "True or False" in results[0].message
+
+
+def test_detector_messages_say_what_leaks(ref, unit):
+    results = grade_part(unit, "looks_causal",
+                         namespace_with(ref, looks_causal=lambda f, n=8, d=4, trials=3, seed=0: True))
+    by_check = {r.name.split("/")[1]: r for r in results}
+    assert "position 7 (the last) change the output at position 0" in by_check["last_into_first"].message
+    # Right about causal attention, but it never says "leaks": that verdict is not counted.
+    assert not by_check["causal_attention"].passed and "not counted" in by_check["causal_attention"].message
+
+
+def test_the_sample_bug_is_named(unit):
+    bug = unit.sample_bug
+    nb = nbformat.read(solution_notebook(UNIT), as_version=4)
+    cells = [c for c in nb.cells if nbgrader_meta(c).get("solution") and f"def {bug.part}(" in c.source]
+    assert len(cells) == 1 and cells[0].source.count(bug.old) == 1
+    ns: dict = {}
+    exec(cells[0].source.replace(bug.old, bug.new), {"np": np}, ns)
+    ref = load_reference(UNIT)
+    results = grade_part(unit, bug.part, namespace_with(ref, **{bug.part: ns[bug.part]}))
+    assert any(not r.passed for r in results)
+    assert bug.expect in {r.misconception for r in results}
+
+
+def test_a_detector_that_never_changes_its_answer_earns_nothing():
+    unit = get_unit("02_masking")
+    ref = load_reference("02_masking")
+    for verdict in (True, False):
+        namespace = dict(vars(ref))
+        namespace["looks_causal"] = lambda attn_fn, n=8, d=4, trials=3, seed=0, v=verdict: v
+        results = grade_part(unit, "looks_causal", namespace)
+        assert sum(r.points for r in results) == 0, verdict
+        assert any("not counted" in r.message for r in results)

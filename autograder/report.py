@@ -17,12 +17,16 @@ def summary(title: str, results: list[CheckResult]) -> str:
     """A short block: the score, then one line per check (failures say what to look at)."""
     score, max_score = total(results)
     lines = [f"{title}: {fmt(score)} / {fmt(max_score)} points"]
-    seen_failures = set()
+    seen_failures, seen_mistakes = set(), set()
     for r in results:
         mark = "ok  " if r.passed else "FAIL"
         message = r.message
         if not r.passed and message in seen_failures:
             message = "(same problem as above)"
+        elif not r.passed and r.misconception is not None and r.misconception in seen_mistakes:
+            # Name a mistake and its fix once; later checks only say what they saw.
+            message = message.split(" This looks like ")[0].rstrip(".") + " (the same mistake as above)."
         seen_failures.add(r.message)
+        seen_mistakes.add(r.misconception)
         lines.append(f"  {mark} [{fmt(r.points)}/{fmt(r.max_points)}] {message}")
     return "\n".join(lines)

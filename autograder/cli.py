@@ -40,7 +40,7 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         report = check(args.unit, args.path)
-    except (KeyError, FileNotFoundError, ValueError) as err:
+    except (KeyError, FileNotFoundError, ValueError, RuntimeError) as err:  # RuntimeError: a broken reference
         message = err.args[0] if err.args else str(err)
         if args.json:
             print(json.dumps({"unit": args.unit, "path": args.path, "error": message}))

@@ -50,10 +50,11 @@ def build_release(units: list[str], release_dir: Path) -> None:
     """Run nbgrader generate_assignment for `units` into `release_dir` (a scratch course)."""
     from .nbgrader_course import ScratchCourse
 
-    with ScratchCourse(release_dir.parent / "course") as course:
-        for unit in units:
-            course.generate_assignment(unit)
-            shutil.copytree(course.release / unit, release_dir / unit, dirs_exist_ok=True)
+    course = ScratchCourse(release_dir.parent / "course")
+    course.create()
+    for unit in units:
+        course.generate_assignment(unit)
+        shutil.copytree(course.release / unit, release_dir / unit, dirs_exist_ok=True)
 
 
 def compare_trees(built: Path, committed: Path) -> list[str]:

@@ -146,13 +146,6 @@ class ScratchCourse:
         self.path = Path(path)
         self.release = self.path / "release"
 
-    def __enter__(self) -> ScratchCourse:
-        self.create()
-        return self
-
-    def __exit__(self, *exc) -> None:
-        return None
-
     def create(self) -> None:
         self.path.mkdir(parents=True, exist_ok=True)
         (self.path / "nbgrader_config.py").write_text(

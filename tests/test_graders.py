@@ -209,3 +209,39 @@ def test_namespace_swap_is_undone():
     grade_part(UNITS["01_attention"], "self_attention", ns)
     assert ns["scaled_dot_product_attention"] is sdpa
     assert isinstance(load_reference("01_attention"), SimpleNamespace)
+
+
+def test_modifying_the_mask_in_place_is_caught():
+    spec = UNITS["01_attention"]
+    namespace = reference_namespace("01_attention")
+    reference_sdpa = namespace["scaled_dot_product_attention"]
+
+    def scaled_dot_product_attention(Q, K, V, mask=None):
+        if mask is not None:
+            mask[..., 0] = True  # "make sure every row has something to attend to"
+        return reference_sdpa(Q, K, V, mask=mask)
+
+    namespace["scaled_dot_product_attention"] = scaled_dot_product_attention
+    results = {r.name: r for r in grade_part(spec, "scaled_dot_product_attention", namespace)}
+    assert not results["scaled_dot_product_attention/inputs_unchanged"].passed
+
+
+def test_a_student_warning_or_stderr_print_does_not_zero_the_cell(capsys):
+    import warnings
+
+    from autograder import grade
+
+    namespace = reference_namespace("01_attention")
+    reference_softmax = namespace["softmax"]
+
+    def softmax(x, axis=-1):
+        warnings.warn("my softmax is experimental", stacklevel=2)
+        print("debug: computing softmax", file=sys.stderr)
+        np.exp(np.array([1e4]))  # an overflow RuntimeWarning, too
+        return reference_softmax(x, axis)
+
+    namespace["softmax"] = softmax
+    score = grade("01_attention", "softmax", namespace)
+    out, err = capsys.readouterr()
+    assert score == UNITS["01_attention"].part("softmax").points
+    assert err == "" and "debug" not in out

@@ -132,6 +132,8 @@ class SampleClass:
     feedback: dict[tuple[str, str], Path] = field(default_factory=dict)
     grades_csv: Path | None = None
     autograde_logs: dict[str, str] = field(default_factory=dict)
+    # (student, unit, grade cell) where the grader itself failed: an instructor's bug
+    grader_failures: list[tuple[str, str, str]] = field(default_factory=list)
     seconds: float = 0.0
 
     def score(self, student: str, unit: str) -> tuple[float, float]:
@@ -176,6 +178,11 @@ def run_sample_class(workdir: Path, units: list[str] | None = None, log=print) -
                 result.cell_scores[(student, unit)] = {
                     g.name: (float(g.score or 0.0), float(g.max_score)) for g in submission.grades
                 }
+                graded_nb = course.path / "autograded" / student / unit / unit_notebook_name(unit)
+                for cell in nbformat.read(graded_nb, as_version=4).cells:
+                    text = "".join(o.get("text", "") for o in cell.get("outputs", []))
+                    if "the grader could not check" in text:
+                        result.grader_failures.append((student, unit, nbgrader_meta(cell).get("grade_id")))
                 feedback = course.path / "feedback" / student / unit / f"{notebook_id}.html"
                 if feedback.exists():
                     result.feedback[(student, unit)] = feedback
@@ -221,7 +228,9 @@ def main(argv: list[str]) -> int:
         rows = list(csv.DictReader(f))
     print(f"  ({len(rows)} rows: one per student and assignment)")
     print(f"\nThe whole loop took {result.seconds:.0f} s.")
-    return 0
+    for student, unit, cell in result.grader_failures:
+        print(f"WARNING: the grader itself failed for {student}, {unit}, {cell}: see its autograded notebook.")
+    return 1 if result.grader_failures else 0
 
 
 if __name__ == "__main__":

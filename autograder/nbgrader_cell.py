@@ -21,8 +21,9 @@ def grade(unit: str, part: str, namespace: dict) -> float:
         print(summary(f"`{part}`", results))
         return float(min(max(score, 0.0), spec.part(part).points))
     except BaseException as err:  # noqa: BLE001 - the student must never see a traceback
+        detail = str(err).strip().splitlines()[0][:200] if str(err).strip() else ""
         print(
-            f"`{part}`: the grader could not check this part ({type(err).__name__}). "
-            "Your instructor will see this; it is not your mistake."
+            f"`{part}`: the grader could not check this part ({type(err).__name__}: {detail}). "
+            "This is a problem with the grader, not with your work: tell your instructor."
         )
         return 0.0

@@ -97,6 +97,10 @@ def test_feedback_shows_messages_but_no_traceback_or_test_source(sample_class, u
     assert re.search(r"This looks like", cat)
 
 
+def test_the_grader_never_failed_itself(sample_class):
+    assert sample_class.grader_failures == []
+
+
 def test_grades_are_exported_for_everyone(sample_class):
     with open(sample_class.grades_csv) as f:
         rows = list(csv.DictReader(f))

@@ -179,7 +179,8 @@ def run_sample_class(workdir: Path, units: list[str] | None = None, log=print) -
                     g.name: (float(g.score or 0.0), float(g.max_score)) for g in submission.grades
                 }
                 graded_nb = course.path / "autograded" / student / unit / unit_notebook_name(unit)
-                for cell in nbformat.read(graded_nb, as_version=4).cells:
+                graded_cells = nbformat.read(graded_nb, as_version=4).cells if graded_nb.exists() else []
+                for cell in graded_cells:
                     text = "".join(o.get("text", "") for o in cell.get("outputs", []))
                     if "the grader could not check" in text:
                         result.grader_failures.append((student, unit, nbgrader_meta(cell).get("grade_id")))

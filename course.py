@@ -28,7 +28,8 @@ STAMP = VENV / ".requirements.sha256"
 
 TASKS = {
     "demo": ["-m", "autograder", "demo"],
-    "test": ["-m", "pytest"],
+    # Two workers; the real-nbgrader tests share one sample-class run, so they stay together.
+    "test": ["-m", "pytest", "-n", "2", "--dist", "loadgroup"],
     "build": ["-m", "autograder", "build"],
     "check": ["-m", "autograder", "check"],
     "lab": ["-m", "jupyter", "lab", "--notebook-dir", str(ROOT)],

@@ -1,8 +1,6 @@
 """Hidden graders for the transformer course (instructor-only: never shipped to students).
 
-A hidden grade cell in a solution notebook calls `grade(unit, part, globals())`.
+The graders are pytest files, `autograder/tests/test_<unit>.py`, run on a submission
+whose code executes in a sandboxed worker (`student.py`, `sandbox.py`); nbgrader's grade
+cells are filled from that run (`nbgrader_grades.py`).
 """
-
-from .nbgrader_cell import grade
-
-__all__ = ["grade"]

@@ -1,35 +1,99 @@
 """`python -m autograder check <unit> <path> [--json]`: grade a notebook or a .py file.
 
-Runs the same checks as the hidden grade cells, outside nbgrader. Exit status: 0 when
-every check passed, 1 when some failed, 2 when the file or unit could not be graded.
+A thin front end over the hidden pytest graders: it runs
+`python -m pytest autograder/tests/test_<unit>.py --submission PATH` in a fresh process
+(the same run nbgrader's grade cells are filled from) and prints its report. The
+submission's code runs in that run's sandboxed worker, never here, so nothing it prints,
+raises or exits with reaches this output or this exit status.
+
+Exit status: 0 when every check passed, 1 when some failed, 2 when the file or unit could
+not be graded (with `--json`: `{"unit", "path", "error"}`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
+import tempfile
+from pathlib import Path
 
-from .core import grade_namespace
-from .report import fmt, summary, total
-from .submission import load_file
+from .core import CheckResult
+from .paths import ROOT
+from .report import fmt, summary
 from .units import get_unit
 
+GRADERS = ROOT / "autograder" / "tests"
+RUN_SECONDS = 900  # the whole run, for one submission: far above any honest one
 
-def check(unit_name: str, path: str) -> dict:
-    unit = get_unit(unit_name)
-    loaded = load_file(path)
-    results = grade_namespace(unit, loaded.namespace)
-    score, max_score = total(results)
-    return {
-        "unit": unit.name,
-        "path": str(path),
-        "score": score,
-        "max_score": max_score,
-        "checks": [r.to_json() for r in results],
-        "load_notes": loaded.notes,
-        "_results": results,
-    }
+
+class GradingFailed(RuntimeError):
+    """The grading run itself failed: a problem for the instructor, not the student."""
+
+
+def grader_file(unit: str) -> Path:
+    get_unit(unit)  # KeyError with the known units if there is no such unit
+    path = GRADERS / f"test_{unit}.py"
+    if not path.exists():
+        raise KeyError(f"unit {unit!r} has no hidden tests ({path.relative_to(ROOT)})")
+    return path
+
+
+def pytest_command(unit: str, submission: Path, report: Path) -> list[str]:
+    return [sys.executable, "-m", "pytest", str(grader_file(unit)), "--submission", str(submission),
+            "--grading-json", str(report), "-q", "--no-header", "-p", "no:cacheprovider",
+            "--rootdir", str(ROOT), "-o", "addopts="]
+
+
+def start_grading(unit: str, submission: str | Path) -> GradingRun:
+    return GradingRun(unit, Path(submission).resolve())
+
+
+class GradingRun:
+    """One run of a unit's hidden tests on one submission, in its own process.
+
+    Started at once and collected later, so nbgrader's kernel can run the notebook while
+    the grader runs the tests."""
+
+    def __init__(self, unit: str, submission: Path):
+        self.unit, self.submission = unit, submission
+        self.folder = tempfile.TemporaryDirectory(prefix="grading-")
+        self.report_path = Path(self.folder.name) / "report.json"
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+                   MPLBACKEND="Agg")
+        self.proc = subprocess.Popen(pytest_command(unit, submission, self.report_path), cwd=ROOT, env=env,
+                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True)
+
+    def result(self, timeout: float = RUN_SECONDS) -> tuple[dict, str]:
+        """(the report, pytest's own output). Raises GradingFailed if there is no report."""
+        try:
+            output, _ = self.proc.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            output, _ = self.proc.communicate()
+            raise GradingFailed(f"the hidden tests of {self.unit} ran past {timeout:g} s") from None
+        try:
+            report = json.loads(self.report_path.read_text())
+        except (OSError, ValueError):
+            tail = "\n".join(output.strip().splitlines()[-15:])
+            raise GradingFailed(f"the hidden tests of {self.unit} gave no report (exit {self.proc.returncode}):\n"
+                                f"{tail}") from None
+        finally:
+            self.folder.cleanup()
+        return report, output
+
+
+def check(unit: str, path: str | Path) -> dict:
+    """Grade one file: the report (with an "error" key when it could not be graded)."""
+    report, _ = start_grading(unit, path).result()
+    return report
+
+
+def results_of(report: dict) -> list[CheckResult]:
+    return [CheckResult(**c) for c in report.get("checks", [])]
 
 
 def main(argv: list[str]) -> int:
@@ -40,23 +104,22 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         report = check(args.unit, args.path)
-    except (KeyError, FileNotFoundError, ValueError, RuntimeError) as err:  # RuntimeError: a broken reference
-        message = err.args[0] if err.args else str(err)
+    except (KeyError, GradingFailed) as err:
+        report = {"unit": args.unit, "path": args.path, "error": err.args[0] if err.args else str(err)}
+    if "error" in report:
         if args.json:
-            print(json.dumps({"unit": args.unit, "path": args.path, "error": message}))
+            print(json.dumps(report))
         else:
-            print(f"Cannot grade: {message}", file=sys.stderr)
+            print(f"Cannot grade: {report['error']}", file=sys.stderr)
         return 2
-    results = report.pop("_results")
     if args.json:
         print(json.dumps(report, indent=2))
     else:
         for note in report["load_notes"]:
             print(f"note: {note}")
-        unit = get_unit(args.unit)
-        for part in unit.parts:
+        results = results_of(report)
+        for part in get_unit(args.unit).parts:
             prefix = part.name + "/"
             print(summary(f"`{part.name}`", [r for r in results if r.name.startswith(prefix)]))
-        score, max_score = total(results)
-        print(f"\nTotal for {unit.name}: {fmt(score)} / {fmt(max_score)}")
+        print(f"\nTotal for {args.unit}: {fmt(report['score'])} / {fmt(report['max_score'])}")
     return 0 if report["score"] == report["max_score"] else 1

@@ -6,6 +6,10 @@ with the expected one (`diagnose`), and a catalogue of `Misconception`s: wrong v
 built from the reference. Grading a part calls the student's function and the reference on
 the same inputs; when they disagree, the engine runs every catalogued variant on those
 inputs, and if the student's answer matches one it names the mistake and how to fix it.
+
+The student's function never runs here: `student` is a `Student` (`student.py`), whose
+code runs in a sandboxed worker and whose results come back as data. The reference and
+the variants are the course's own code and run in this process.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ import numpy as np
 
 from .compare import Tolerance, compare_arrays
 from .reference import load_reference
-from .sandbox import TimeLimitExceeded, quiet, run_student, time_limit
+from .sandbox import quiet, time_limit
+from .student import Outcome
 
 CHECK_SECONDS = 5.0  # per call of a student's function on the small inputs of a check
 
@@ -144,29 +149,19 @@ def exception_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else type(err).__name__
 
 
-@dataclass
-class _Outcome:
-    value: object = None
-    error: BaseException | None = None
-    timed_out: bool = False
-
-
-def _call(fn, inputs: Inputs, seconds: float) -> _Outcome:
-    try:
-        return _Outcome(value=run_student(fn, *inputs.args, seconds=seconds, **inputs.kwargs))
-    except TimeLimitExceeded:
-        return _Outcome(timed_out=True)
-    except BaseException as err:  # noqa: BLE001 - student code may raise anything
-        return _Outcome(error=err)
-
-
-def _call_trusted(fn, inputs: Inputs) -> _Outcome:
+def _call_trusted(fn, inputs: Inputs) -> _Trusted:
     """The reference or a catalogued variant: quiet, a generous limit, errors kept."""
     try:
         with quiet(), time_limit(60.0):
-            return _Outcome(value=fn(*inputs.args, **inputs.kwargs))
+            return _Trusted(value=fn(*inputs.args, **inputs.kwargs))
     except BaseException as err:  # noqa: BLE001 - a variant may fail on purpose
-        return _Outcome(error=err)
+        return _Trusted(error=err)
+
+
+@dataclass
+class _Trusted:
+    value: object = None
+    error: BaseException | None = None
 
 
 def _same_arrays(a, b) -> bool:
@@ -183,70 +178,7 @@ def _same_arrays(a, b) -> bool:
     return True
 
 
-class _Swapped:
-    """Temporarily bind contract names in a function's globals to the reference's."""
-
-    def __init__(self, fn, ref, names):
-        self.globals = getattr(fn, "__globals__", None)
-        self.swaps = {n: getattr(ref, n) for n in names if hasattr(ref, n)}
-        self.saved = {}
-
-    def __enter__(self):
-        if self.globals is None:
-            return self
-        for name, value in self.swaps.items():
-            self.saved[name] = self.globals.get(name, _MISSING)
-            self.globals[name] = value
-        return self
-
-    def __exit__(self, *exc):
-        for name, value in self.saved.items():
-            if value is _MISSING:
-                self.globals.pop(name, None)
-            else:
-                self.globals[name] = value
-        return False
-
-
-_MISSING = object()
-
-
-class ForbiddenShortcut(Exception):
-    pass
-
-
-class _Forbidden:
-    """Make library shortcuts raise with a plain explanation while student code runs."""
-
-    def __init__(self, names: tuple[str, ...]):
-        self.names = names
-        self.saved = []
-
-    def __enter__(self):
-        import importlib
-
-        for dotted in self.names:
-            module_name, attr = dotted.rsplit(".", 1)
-            try:
-                with quiet():  # a library's import-time chatter must not reach stderr
-                    module = importlib.import_module(module_name)
-            except ImportError:
-                continue  # not installed: nothing to forbid
-
-            def refuse(*args, _name=dotted, **kwargs):
-                raise ForbiddenShortcut(f"{_name} is off limits in this exercise: write it from scratch")
-
-            self.saved.append((module, attr, getattr(module, attr)))
-            setattr(module, attr, refuse)
-        return self
-
-    def __exit__(self, *exc):
-        for module, attr, original in reversed(self.saved):
-            setattr(module, attr, original)
-        return False
-
-
-def match_misconception(unit: Unit, part: Part, ref, inputs: Inputs, student_outcome: _Outcome,
+def match_misconception(unit: Unit, part: Part, ref, inputs: Inputs, student_outcome: Outcome,
                         expected, tol: Tolerance) -> Misconception | None:
     """The first catalogued mistake whose variant reproduces the student's result."""
     for mistake in unit.misconceptions:
@@ -256,7 +188,7 @@ def match_misconception(unit: Unit, part: Part, ref, inputs: Inputs, student_out
         outcome = _call_trusted(lambda *a, v=variant, **k: v(ref, *a, **k), inputs.copy())
         if outcome.error is not None:
             # A variant that fails on these inputs matches a student who fails the same way.
-            if student_outcome.error is not None and type(student_outcome.error) is type(outcome.error):
+            if student_outcome.error is not None and student_outcome.error_type == type(outcome.error).__name__:
                 return mistake
             continue
         if student_outcome.error is not None or student_outcome.timed_out:
@@ -269,13 +201,19 @@ def match_misconception(unit: Unit, part: Part, ref, inputs: Inputs, student_out
     return None
 
 
-def grade_part(unit: Unit, part_name: str, namespace: dict,
-               seconds: float = CHECK_SECONDS) -> list[CheckResult]:
-    """Run every check of one part against the function `namespace[part_name]`."""
+def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECONDS) -> list[CheckResult]:
+    """Run every check of one part against the student's function `part_name`.
+
+    `student` is a `Student` (a submission in a sandboxed worker), or, in the course's own
+    tests of the graders, an `InProcessStudent` holding trusted code.
+    """
     part = unit.part(part_name)
     ref = load_reference(unit.name)
     reference_fn = getattr(ref, part.name)
-    fn = namespace.get(part.name)
+    kind = student.kind(part.name)
+    # While this part is graded, the contract functions it may call are the reference's,
+    # so that a bug in `softmax` costs points once, not again in every caller.
+    stubs = {name: getattr(ref, name) for name in part.uses if hasattr(ref, name)}
 
     def result(check, passed, message, mistake=None):
         return CheckResult(
@@ -287,72 +225,72 @@ def grade_part(unit: Unit, part_name: str, namespace: dict,
             misconception=mistake.name if mistake else None,
         )
 
-    if not callable(fn):
+    if kind not in ("function", "class"):
         why = (
             f"`{part.name}` is not defined: did the cell that defines it run without errors?"
-            if fn is None
-            else f"`{part.name}` is {type(fn).__name__}, not a function"
+            if kind == "missing"
+            else f"`{part.name}` is {kind}, not a function"
         )
         return [result(check, False, why) for check in part.checks]
 
     results = []
     gave_up = None  # once the function times out, its other checks are not run
-    with _Swapped(fn, ref, part.uses):
-        for check in part.checks:
-            if gave_up:
-                results.append(result(check, False, gave_up))
-                continue
-            inputs = check.make_inputs(seeded_rng(unit.name, part.name, check.name))
-            given = inputs.copy()
-            with _Forbidden(part.forbid):
-                outcome = _call(fn, given, seconds)
-            if outcome.timed_out:
-                gave_up = (
-                    f"not run: `{part.name}` did not finish within {seconds:g} s on an earlier "
-                    "check (an infinite loop?)"
-                )
+    for check in part.checks:
+        if gave_up:
+            results.append(result(check, False, gave_up))
+            continue
+        inputs = check.make_inputs(seeded_rng(unit.name, part.name, check.name))
+        given = inputs.copy()
+        outcome = student.call(part.name, *given.args, seconds=seconds, stubs=stubs, forbid=part.forbid,
+                               return_args=check.kind == "unchanged", **given.kwargs)
+        if outcome.timed_out:
+            gave_up = (
+                f"not run: `{part.name}` did not finish within {seconds:g} s on an earlier "
+                "check (an infinite loop?)"
+            )
+            results.append(result(
+                check, False,
+                f"{check.what}: `{part.name}` did not finish within {seconds:g} s "
+                "(an infinite loop, or a loop that never ends for these shapes?)",
+            ))
+            continue
+        if check.kind == "unchanged":
+            after_kwargs = outcome.kwargs_after if isinstance(outcome.kwargs_after, dict) else {}
+            if outcome.error is not None:
+                results.append(result(check, False, f"{check.what}: raised {outcome.error}"))
+            elif not (_same_arrays(outcome.args_after, inputs.args) and _same_arrays(
+                    [after_kwargs.get(k) for k in inputs.kwargs], list(inputs.kwargs.values()))):
                 results.append(result(
                     check, False,
-                    f"{check.what}: `{part.name}` did not finish within {seconds:g} s "
-                    "(an infinite loop, or a loop that never ends for these shapes?)",
+                    f"{check.what}: your function changed its input arrays in place "
+                    "(use `x = x - ...` rather than `x -= ...` on an argument)",
                 ))
-                continue
-            if check.kind == "unchanged":
-                if outcome.error is not None:
-                    results.append(result(check, False, f"{check.what}: raised {exception_text(outcome.error)}"))
-                elif not (_same_arrays(given.args, inputs.args) and _same_arrays(
-                        list(given.kwargs.values()), list(inputs.kwargs.values()))):
-                    results.append(result(
-                        check, False,
-                        f"{check.what}: your function changed its input arrays in place "
-                        "(use `x = x - ...` rather than `x -= ...` on an argument)",
-                    ))
-                else:
-                    results.append(result(check, True, f"{check.what}: inputs left untouched"))
-                continue
-            if check.oracle is None:
-                expected = _call_trusted(reference_fn, inputs.copy())
             else:
-                expected = _call_trusted(lambda *a, o=check.oracle, **k: o(Inputs(a, k)), inputs.copy())
-            if expected.error is not None:
-                raise RuntimeError(f"the reference {part.name} failed on check {check.name}: "
-                                   f"{exception_text(expected.error)}")
-            if isinstance(outcome.error, NotImplementedError):
-                problem = (f"`{part.name}` still raises NotImplementedError: replace that line "
-                           "with your code")
-            elif outcome.error is not None:
-                problem = f"raised {exception_text(outcome.error)}"
-            else:
-                with quiet():
-                    problem = part.diagnose(outcome.value, expected.value, inputs, check.tol)
-            if problem is None:
-                results.append(result(check, True, f"{check.what}: correct"))
-                continue
-            mistake = match_misconception(unit, part, ref, inputs, outcome, expected.value, check.tol)
-            message = f"{check.what}: {problem}."
-            if mistake:
-                message += f" This looks like {mistake.description}. {mistake.hint}"
-            results.append(result(check, False, message, mistake))
+                results.append(result(check, True, f"{check.what}: inputs left untouched"))
+            continue
+        if check.oracle is None:
+            expected = _call_trusted(reference_fn, inputs.copy())
+        else:
+            expected = _call_trusted(lambda *a, o=check.oracle, **k: o(Inputs(a, k)), inputs.copy())
+        if expected.error is not None:
+            raise RuntimeError(f"the reference {part.name} failed on check {check.name}: "
+                               f"{exception_text(expected.error)}")
+        if outcome.error_type == "NotImplementedError":
+            problem = (f"`{part.name}` still raises NotImplementedError: replace that line "
+                       "with your code")
+        elif outcome.error is not None:
+            problem = f"raised {outcome.error}"
+        else:
+            with quiet():
+                problem = part.diagnose(outcome.value, expected.value, inputs, check.tol)
+        if problem is None:
+            results.append(result(check, True, f"{check.what}: correct"))
+            continue
+        mistake = match_misconception(unit, part, ref, inputs, outcome, expected.value, check.tol)
+        message = f"{check.what}: {problem}."
+        if mistake:
+            message += f" This looks like {mistake.description}. {mistake.hint}"
+        results.append(result(check, False, message, mistake))
     return apply_requirements(part, results)
 
 
@@ -371,8 +309,8 @@ def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResu
     return results
 
 
-def grade_namespace(unit: Unit, namespace: dict, seconds: float = CHECK_SECONDS) -> list[CheckResult]:
+def grade_student(unit: Unit, student, seconds: float = CHECK_SECONDS) -> list[CheckResult]:
     results = []
     for part in unit.parts:
-        results += grade_part(unit, part.name, namespace, seconds)
+        results += grade_part(unit, part.name, student, seconds)
     return results

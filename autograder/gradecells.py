@@ -2,9 +2,10 @@
 
 Every graded part of a unit has one grade cell in the solution notebook, with the
 nbgrader id `grade_<part>`. `python3 course.py build` writes its source (a call into
-`autograder.grade`, between HIDDEN TESTS markers so the release shows only the comment)
-and its points (the sum of the part's checks). The test code itself lives in
-`autograder/units/`, so neither the release nor the feedback shows it.
+and its points (the sum of the part's checks). A grade cell runs nothing: its output is
+written after the kernel has run the notebook, by the trusted run of the hidden pytest
+graders (`autograder/tests/test_<unit>.py`; see `nbgrader_grades.py`). The HIDDEN TESTS
+section only tells the instructor which test fills the cell; the release never shows it.
 """
 
 from __future__ import annotations
@@ -23,8 +24,7 @@ def grade_cell_source(unit: str, part: str, points: float) -> str:
         f"# Hidden tests for `{part}` ({fmt(points)} points) run here when your notebook is graded.\n"
         "# They compare your function with the reference on inputs you have not seen.\n"
         "### BEGIN HIDDEN TESTS\n"
-        "from autograder import grade\n\n"
-        f'grade("{unit}", "{part}", globals())\n'
+        f"# Filled in by autograder/tests/test_{unit}.py::test_{part}, run outside this notebook.\n"
         "### END HIDDEN TESTS"
     )
 

@@ -63,37 +63,62 @@ def restore_deleted_grade_cells_preprocessor():
     return RestoreDeletedGradeCells
 
 
-def short_error_messages_preprocessor():
-    """A feedback preprocessor: each error output keeps one line, `ErrorName: message`.
+def repair_metadata_preprocessor():
+    """A sanitizer that runs first: a cell whose nbgrader metadata is malformed loses it.
 
-    The feedback page shows every output of the student's notebook, and an IPython
-    traceback there is a wall of frames from the student's own cells (a visible check
-    that failed, say). The grade cells never raise; this keeps the rest readable too.
+    nbgrader 0.9.6 raises out of its sanitizers on a `schema_version` that is missing or not
+    3, and for one that is too old or too new it stops `nbgrader autograde` for every
+    student after this one. A cell
+    stripped of bad metadata is an ordinary cell: its code still runs and is graded, and a
+    grade cell it was is restored from the gradebook like a deleted one.
     """
     from nbconvert.preprocessors import Preprocessor
 
-    class ShortErrorMessages(Preprocessor):
-        enabled = True  # nbconvert preprocessors are off unless enabled
-        def preprocess_cell(self, cell, resources, index):
-            for output in cell.get("outputs", []):
-                if output.get("output_type") == "error":
-                    output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
-            return cell, resources
+    FIELDS = {"grade": bool, "solution": bool, "locked": bool, "task": bool, "grade_id": str,
+              "schema_version": int, "points": (int, float), "checksum": str, "cell_type": str}
 
-    return ShortErrorMessages
+    def well_formed(meta) -> bool:
+        # A missing schema_version reads as 0 to nbgrader, which then aborts the whole run
+        # (SchemaTooOldError), as does 4; a missing grade_id raises in OverwriteCells.
+        if not isinstance(meta, dict) or "grade_id" not in meta or "schema_version" not in meta:
+            return False
+        typed = all(isinstance(meta[key], kind) and not (kind is int and isinstance(meta[key], bool))
+                    for key, kind in FIELDS.items() if key in meta)
+        return typed and meta["schema_version"] == 3
+
+    class RepairMetadata(Preprocessor):
+        enabled = True
+
+        def preprocess(self, nb, resources):
+            for cell in nb.cells:
+                meta = cell.get("metadata", {})
+                if "nbgrader" in meta and not well_formed(meta["nbgrader"]):
+                    self.log.warning("Dropping malformed nbgrader metadata of a cell: %r", meta["nbgrader"])
+                    del meta["nbgrader"]
+            return nb, resources
+
+    return RepairMetadata
 
 
 def configure(c, root: Path) -> None:
     """Apply the course's nbgrader settings to the traitlets config `c`."""
-    from nbconvert.preprocessors import CSSHTMLHeaderPreprocessor
+    from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
+    from nbconvert.preprocessors.sanitize import SanitizeHTML
     from nbgrader.preprocessors import (
+        AssignLatePenalties,
         CheckCellMetadata,
         ClearHiddenTests,
         ClearOutput,
         DeduplicateIds,
         GetGrades,
+        IgnorePattern,
+        LimitOutput,
         OverwriteKernelspec,
+        SaveAutoGrades,
     )
+
+    from .kernel import SandboxedExecute
+    from .nbgrader_grades import FillGradeCells, InertOutputs, StartTrustedGrading
 
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.course_id = "transformer-course"
@@ -105,22 +130,22 @@ def configure(c, root: Path) -> None:
     ]
     # A student who deletes a grade cell gets it back and graded, not a silent zero.
     c.Autograde.sanitize_preprocessors = [
-        ClearOutput, DeduplicateIds, OverwriteKernelspec, restore_deleted_grade_cells_preprocessor(),
-        CheckCellMetadata,
+        repair_metadata_preprocessor(), ClearOutput, DeduplicateIds, OverwriteKernelspec,
+        restore_deleted_grade_cells_preprocessor(), CheckCellMetadata,
+    ]
+    # The student's kernel runs in the sandbox; the grades come from the hidden pytest
+    # graders, started before the kernel and written into the grade cells after it.
+    c.Autograde.autograde_preprocessors = [
+        StartTrustedGrading, SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
+        InertOutputs, FillGradeCells, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
     ]
     c.Execute.timeout = CELL_TIMEOUT
-    # nbgrader scores 0 for anything on stderr. The graders already keep students' warnings
-    # off it; this drops a stray Python warning line that reaches it anyway.
-    c.IgnorePattern.enabled = True
-    c.IgnorePattern.pattern = r"^[^\n]*:\d+: \w*Warning: "
-    # Feedback shows each grade cell's source: keep the hidden part of it hidden, and
-    # shorten tracebacks to their last line.
+    # Feedback: keep the hidden part of grade cells hidden, and make everything a student
+    # wrote (markdown, raw cells, outputs) inert HTML.
     c.GenerateFeedback.preprocessors = [
-        GetGrades, CSSHTMLHeaderPreprocessor, ClearHiddenTests, short_error_messages_preprocessor(),
+        GetGrades, CSSHTMLHeaderPreprocessor, ClearHiddenTests, InertOutputs, SanitizeHTML,
     ]
-    # The grading kernel inherits this environment: the hidden cells import `autograder`.
-    paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-    os.environ["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
+    c.SanitizeHTML.strip = True
     os.environ.setdefault("MPLBACKEND", "Agg")
 
 

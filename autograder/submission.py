@@ -1,30 +1,20 @@
-"""Turning a notebook or a `.py` file into a namespace of functions to grade.
+"""Reading a notebook or a `.py` file into the code cells that define a submission.
 
-The same loader reads a student's submission (for `python -m autograder check`) and the
-solution notebook (the reference: see `reference.py`), so there is one way code gets
-out of a notebook.
+This only reads: nothing here runs a submission's code. The grader hands the cells to a
+sandboxed worker (`student.py`); the reference solution's cells, which are the course's
+own, run in the grader (`reference.py`).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
 
-from .sandbox import TimeLimitExceeded, quiet, time_limit
-
-CELL_SECONDS = 30.0  # nbgrader's own default per-cell timeout
-
-
-@dataclass
-class Loaded:
-    namespace: dict
-    notes: list[str] = field(default_factory=list)  # what went wrong while loading, for people
-
 
 def nbgrader_meta(cell) -> dict:
-    return cell.get("metadata", {}).get("nbgrader", {})
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    return meta if isinstance(meta, dict) else {}
 
 
 def is_grade_cell(cell) -> bool:
@@ -50,43 +40,37 @@ def without_magics(source: str) -> str:
     )
 
 
-def code_from_notebook(path: Path, reference_only: bool = False) -> list[tuple[str, str]]:
-    """(label, source) for each code cell worth running, in order."""
-    nb = nbformat.read(path, as_version=4)
+class Unreadable(ValueError):
+    """A submission that cannot be graded at all: missing, not a notebook, invalid JSON."""
+
+
+def code_cells(path: str | Path, reference_only: bool = False) -> list[tuple[str, str]]:
+    """(label, source) for each code cell worth running, in order. Reads, never runs."""
+    path = Path(path)
+    if not path.is_file():
+        raise Unreadable(f"no such file: {path}")
+    if path.suffix == ".py":
+        try:
+            return [(path.name, path.read_text(encoding="utf-8"))]
+        except (OSError, UnicodeDecodeError) as err:
+            raise Unreadable(f"{path.name} cannot be read: {err}") from None
+    if path.suffix != ".ipynb":
+        raise Unreadable(f"can only grade .ipynb or .py files, not {path.name}")
+    try:
+        nb = nbformat.read(path, as_version=4)
+        cells = list(nb.cells)
+    except Exception as err:  # noqa: BLE001 - invalid JSON, wrong structure, anything
+        raise Unreadable(f"{path.name} is not a readable notebook ({type(err).__name__})") from None
     chunks = []
-    for index, cell in enumerate(nb.cells):
-        if cell.cell_type != "code" or is_grade_cell(cell) or is_quiz_cell(cell):
+    for index, cell in enumerate(cells):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        if is_grade_cell(cell) or is_quiz_cell(cell):
             continue
         if reference_only and not is_reference_cell(cell):
             continue
-        label = nbgrader_meta(cell).get("grade_id") or f"cell {index + 1}"
-        chunks.append((label, without_magics(cell.source)))
+        label = str(nbgrader_meta(cell).get("grade_id") or f"cell {index + 1}")[:80]
+        source = cell.get("source", "")
+        source = "".join(source) if isinstance(source, list) else str(source)
+        chunks.append((label, without_magics(source)))
     return chunks
-
-
-def load_file(path: str | Path, reference_only: bool = False) -> Loaded:
-    """Execute a notebook's code cells (or a .py file) into a fresh namespace.
-
-    Each cell runs quietly under a time limit; a cell that raises or loops is noted and
-    skipped, the way a Jupyter kernel moves on to the next cell.
-    """
-    path = Path(path)
-    if not path.exists():
-        raise FileNotFoundError(f"no such file: {path}")
-    if path.suffix == ".ipynb":
-        chunks = code_from_notebook(path, reference_only)
-    elif path.suffix == ".py":
-        chunks = [(path.name, path.read_text(encoding="utf-8"))]
-    else:
-        raise ValueError(f"can only grade .ipynb or .py files, not {path.name}")
-    loaded = Loaded(namespace={"__name__": "__submission__"})
-    for label, source in chunks:
-        try:
-            code = compile(source, f"<{path.name}: {label}>", "exec")
-            with quiet(), time_limit(CELL_SECONDS):
-                exec(code, loaded.namespace)
-        except TimeLimitExceeded:
-            loaded.notes.append(f"{label} was still running after {CELL_SECONDS:g} s; stopped it.")
-        except BaseException as err:  # noqa: BLE001 - a student's cell may raise anything
-            loaded.notes.append(f"{label} raised {type(err).__name__}: {err}")
-    return loaded

@@ -13,9 +13,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from autograder.core import grade_namespace, grade_part
+from autograder.core import grade_part, grade_student
 from autograder.paths import ROOT, release_notebook, solution_notebook
 from autograder.reference import load_reference
+from autograder.student import InProcessStudent, Student
 from autograder.units import UNITS
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
@@ -24,6 +25,27 @@ GRADED = [u for u in UNITS if solution_notebook(u).exists()]
 
 def reference_namespace(unit: str) -> dict:
     return dict(vars(load_reference(unit)))
+
+
+def trusted(namespace: dict) -> InProcessStudent:
+    """The catalogue's own variants and the reference are course code: they run in-process."""
+    return InProcessStudent(namespace)
+
+
+def worker(source: str, **kwargs) -> Student:
+    """Student code, in a sandboxed worker as in real grading."""
+    student = Student([("answer", source)], **kwargs)
+    student.start()
+    return student
+
+
+REFERENCE_SOFTMAX = """
+import numpy as np
+
+def softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+"""
 
 
 def check_cli(unit: str, path: Path) -> dict:
@@ -70,7 +92,7 @@ def test_every_misconception_loses_points_and_is_named(unit, mistake, part):
     ref = load_reference(unit)
     namespace = reference_namespace(unit)
     namespace[part] = lambda *args, **kwargs: variant(ref, *args, **kwargs)
-    results = grade_part(spec, part, namespace)
+    results = grade_part(spec, part, trusted(namespace))
     assert sum(r.points for r in results) < spec.part(part).points, f"{mistake} earned full marks on {part}"
     named = [r for r in results if r.misconception == mistake]
     assert named, f"{mistake} was not named; messages: {[r.message for r in results if not r.passed]}"
@@ -105,21 +127,17 @@ def test_hand_written_mistakes_are_named(unit, path):
 @pytest.mark.parametrize("unit", GRADED)
 def test_every_part_has_an_unchanged_inputs_check_and_fixed_seeds(unit):
     spec = UNITS[unit]
-    first = grade_namespace(spec, reference_namespace(unit))
-    second = grade_namespace(spec, reference_namespace(unit))
+    first = grade_student(spec, trusted(reference_namespace(unit)))
+    second = grade_student(spec, trusted(reference_namespace(unit)))
     assert [r.to_json() for r in first] == [r.to_json() for r in second]
 
 
 def test_a_looping_function_costs_its_own_checks_only():
     spec = UNITS["01_attention"]
-    namespace = reference_namespace("01_attention")
-
-    def softmax(x, axis=-1):
-        while True:
-            pass
-
-    namespace["softmax"] = softmax
-    results = grade_namespace(spec, namespace, seconds=0.5)
+    source = (SUBMISSIONS / "01_attention" / "correct_loops.py").read_text() + (
+        "\n\ndef softmax(x, axis=-1):\n    while True:\n        pass\n")
+    with worker(source) as student:
+        results = grade_student(spec, student, seconds=0.5)
     lost = {r.name.split("/")[0] for r in results if not r.passed}
     assert lost == {"softmax"}
     assert "did not finish" in next(r.message for r in results if not r.passed)
@@ -127,39 +145,50 @@ def test_a_looping_function_costs_its_own_checks_only():
 
 def test_a_loop_that_swallows_the_interrupt_is_still_stopped():
     spec = UNITS["01_attention"]
-    namespace = reference_namespace("01_attention")
-
-    def softmax(x, axis=-1):
-        try:
-            while True:
-                pass
-        except BaseException:  # noqa: BLE001 - the student's bare except swallows the first stop
-            pass
+    source = """
+def softmax(x, axis=-1):
+    try:
         while True:
             pass
-
-    namespace["softmax"] = softmax
-    results = grade_part(spec, "softmax", namespace, seconds=0.3)
+    except BaseException:  # the student's bare except swallows the first stop
+        pass
+    while True:
+        pass
+"""
+    with worker(source) as student:
+        results = grade_part(spec, "softmax", student, seconds=0.3)
     assert all(not r.passed for r in results)
+
+
+def test_a_loop_that_ignores_the_alarm_is_killed_and_the_rest_still_graded():
+    spec = UNITS["01_attention"]
+    source = REFERENCE_SOFTMAX + """
+import signal
+
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    signal.signal(signal.SIGALRM, signal.SIG_IGN)
+    while True:
+        pass
+"""
+    with worker(source) as student:
+        looping = grade_part(spec, "scaled_dot_product_attention", student, seconds=0.5)
+        softmax = grade_part(spec, "softmax", student)
+        assert student.restarts >= 1
+    assert all(not r.passed for r in looping) and "did not finish" in looping[0].message
+    assert all(r.passed for r in softmax)
 
 
 def test_modifying_inputs_in_place_is_caught():
     spec = UNITS["01_attention"]
-    namespace = reference_namespace("01_attention")
-    reference_softmax = namespace["softmax"]
-
-    def softmax(x, axis=-1):
-        x -= x.max(axis=axis, keepdims=True)
-        return reference_softmax(x, axis)
-
-    namespace["softmax"] = softmax
-    results = {r.name: r for r in grade_part(spec, "softmax", namespace)}
+    source = REFERENCE_SOFTMAX.replace("def softmax(x, axis=-1):", "def softmax(x, axis=-1):\n    x -= 1.0")
+    with worker(source) as student:
+        results = {r.name: r for r in grade_part(spec, "softmax", student)}
     assert not results["softmax/inputs_unchanged"].passed
     assert "in place" in results["softmax/inputs_unchanged"].message
 
 
 def test_a_missing_function_is_reported_not_raised():
-    results = grade_part(UNITS["01_attention"], "softmax", {})
+    results = grade_part(UNITS["01_attention"], "softmax", trusted({}))
     assert all(not r.passed and "not defined" in r.message for r in results)
 
 
@@ -167,30 +196,44 @@ def test_misconception_matching_needs_a_matching_answer_not_just_a_wrong_one():
     spec = UNITS["01_attention"]
     namespace = reference_namespace("01_attention")
     namespace["softmax"] = lambda x, axis=-1: np.full_like(np.asarray(x, float), 0.5)
-    results = grade_part(spec, "softmax", namespace)
+    results = grade_part(spec, "softmax", trusted(namespace))
     value_checks = [r for r in results if not r.name.endswith("unchanged")]
     assert all(not r.passed and r.misconception is None for r in value_checks)
     assert any("largest error" in r.message or "sum" in r.message for r in value_checks)
 
 
-def test_a_grader_shows_the_student_no_traceback_and_returns_a_clamped_float(capsys):
-    from autograder import grade
-
-    namespace = reference_namespace("01_attention")
-    namespace["softmax"] = lambda x, axis=-1: 1 / 0
-    score = grade("01_attention", "softmax", namespace)
-    out, err = capsys.readouterr()
-    assert type(score) is float and score == 0.0
-    assert "Traceback" not in out and err == ""
-    assert "ZeroDivisionError" in out
+def test_a_student_exception_is_one_line_with_no_traceback():
+    spec = UNITS["01_attention"]
+    with worker("def softmax(x, axis=-1):\n    return 1 / 0\n") as student:
+        results = grade_part(spec, "softmax", student)
+    assert all(not r.passed for r in results)
+    assert "ZeroDivisionError" in results[0].message and "Traceback" not in results[0].message
 
 
-def test_a_broken_grader_still_returns_zero_quietly(capsys):
-    from autograder import grade
-
-    score = grade("01_attention", "no_such_part", {})
-    out, err = capsys.readouterr()
-    assert score == 0.0 and err == "" and "could not check" in out
+def test_a_broken_grader_scores_zero_and_says_it_is_the_graders_fault(tmp_path):
+    broken = ROOT / "autograder" / "tests" / "test_zz_broken_for_a_test.py"
+    broken.write_text(
+        "import pytest\n"
+        "from autograder.plugin import check_cases, grade\n"
+        "from autograder.units.attention import UNIT\n\n"
+        "@check_cases(UNIT, 'softmax')\n"
+        "def test_softmax(student, check):\n"
+        "    raise RuntimeError('a bug in the grader')\n"
+    )
+    report_path = tmp_path / "report.json"
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "pytest", str(broken), "--submission", str(solution_notebook("01_attention")),
+             "--grading-json", str(report_path), "-q", "-p", "no:cacheprovider", "-o", "addopts="],
+            cwd=ROOT, capture_output=True, text=True, timeout=300,
+        )
+    finally:
+        broken.unlink()
+    report = json.loads(report_path.read_text())
+    assert proc.returncode == 1
+    assert report["score"] == 0 and report["max_score"] == UNITS["01_attention"].part("softmax").points
+    assert all("could not check" in c["message"] and "a bug in the grader" in c["message"]
+               for c in report["checks"])
 
 
 def test_cli_reports_bad_input_without_a_traceback(tmp_path):
@@ -206,42 +249,44 @@ def test_cli_reports_bad_input_without_a_traceback(tmp_path):
 def test_namespace_swap_is_undone():
     ns = reference_namespace("01_attention")
     sdpa = ns["scaled_dot_product_attention"]
-    grade_part(UNITS["01_attention"], "self_attention", ns)
+    grade_part(UNITS["01_attention"], "self_attention", trusted(ns))
     assert ns["scaled_dot_product_attention"] is sdpa
     assert isinstance(load_reference("01_attention"), SimpleNamespace)
 
 
+def test_contract_helpers_are_the_references_while_a_part_is_graded():
+    # The student's softmax is wrong; their attention calls it. Attention is graded with the
+    # reference softmax in its place, so the softmax bug costs points once.
+    source = (SUBMISSIONS / "01_attention" / "correct_loops.py").read_text() + (
+        "\n\ndef softmax(x, axis=-1):\n    return x * 0.0\n")
+    with worker(source) as student:
+        results = grade_student(UNITS["01_attention"], student)
+    lost = {r.name.split("/")[0] for r in results if not r.passed}
+    assert lost == {"softmax"}
+
+
 def test_modifying_the_mask_in_place_is_caught():
     spec = UNITS["01_attention"]
-    namespace = reference_namespace("01_attention")
-    reference_sdpa = namespace["scaled_dot_product_attention"]
+    source = (SUBMISSIONS / "01_attention" / "correct_loops.py").read_text() + """
 
-    def scaled_dot_product_attention(Q, K, V, mask=None):
-        if mask is not None:
-            mask[..., 0] = True  # "make sure every row has something to attend to"
-        return reference_sdpa(Q, K, V, mask=mask)
+_correct_sdpa = scaled_dot_product_attention
 
-    namespace["scaled_dot_product_attention"] = scaled_dot_product_attention
-    results = {r.name: r for r in grade_part(spec, "scaled_dot_product_attention", namespace)}
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    if mask is not None:
+        mask[..., 0] = True  # "make sure every row has something to attend to"
+    return _correct_sdpa(Q, K, V, mask=mask)
+"""
+    with worker(source) as student:
+        results = {r.name: r for r in grade_part(spec, "scaled_dot_product_attention", student)}
     assert not results["scaled_dot_product_attention/inputs_unchanged"].passed
 
 
-def test_a_student_warning_or_stderr_print_does_not_zero_the_cell(capsys):
-    import warnings
-
-    from autograder import grade
-
-    namespace = reference_namespace("01_attention")
-    reference_softmax = namespace["softmax"]
-
-    def softmax(x, axis=-1):
-        warnings.warn("my softmax is experimental", stacklevel=2)
-        print("debug: computing softmax", file=sys.stderr)
-        np.exp(np.array([1e4]))  # an overflow RuntimeWarning, too
-        return reference_softmax(x, axis)
-
-    namespace["softmax"] = softmax
-    score = grade("01_attention", "softmax", namespace)
-    out, err = capsys.readouterr()
-    assert score == UNITS["01_attention"].part("softmax").points
-    assert err == "" and "debug" not in out
+def test_a_student_warning_or_stderr_print_costs_nothing():
+    source = REFERENCE_SOFTMAX.replace("def softmax(x, axis=-1):", """def softmax(x, axis=-1):
+    import sys, warnings
+    warnings.warn("my softmax is experimental", stacklevel=2)
+    print("debug: computing softmax", file=sys.stderr)
+    np.exp(np.array([1e4]))  # an overflow RuntimeWarning, too""")
+    with worker(source) as student:
+        results = grade_part(UNITS["01_attention"], "softmax", student)
+    assert all(r.passed for r in results), [r.message for r in results]

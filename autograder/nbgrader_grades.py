@@ -1,0 +1,138 @@
+"""nbgrader preprocessors that take every grade from the trusted run, never from the kernel.
+
+`nbgrader autograde` executes the student's notebook in a kernel (sandboxed: see
+`kernel.py`) for the feedback page. Nothing that kernel prints decides a grade:
+
+- `StartTrustedGrading` (before Execute) writes the sanitized notebook, whose grade and
+  locked cells nbgrader has just restored from the gradebook, to a private folder and
+  starts the unit's hidden pytest graders on it (`cli.GradingRun`), in parallel with the
+  kernel;
+- `FillGradeCells` (after Execute) waits for that run and replaces every grade cell's
+  outputs with the run's message and points, clamped to the cell's maximum as the
+  gradebook records it (the submission's own metadata is never believed);
+- `InertOutputs` keeps only inert kinds of output (plain text, PNG and JPEG images) in
+  the student's cells, so no output can run script when a feedback page is opened.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import nbformat
+from nbconvert.preprocessors import Preprocessor
+from traitlets import Float
+
+from .cli import GradingFailed, GradingRun, results_of
+from .plugin import GRADER_FAILED
+from .report import fmt, summary
+from .submission import nbgrader_meta
+
+RUNS: dict[str, GradingRun] = {}  # notebook being graded -> its trusted run
+INERT_OUTPUT_TYPES = {"text/plain", "image/png", "image/jpeg"}
+
+
+def part_of(grade_id: str) -> str:
+    return grade_id.removeprefix("grade_")
+
+
+def _key(resources) -> str:
+    info = resources.get("nbgrader", {})
+    return f"{info.get('student')}/{info.get('assignment')}/{info.get('notebook')}"
+
+
+class StartTrustedGrading(Preprocessor):
+    enabled = True
+
+    def preprocess(self, nb, resources):
+        unit = resources["nbgrader"]["assignment"]
+        folder = Path(tempfile.mkdtemp(prefix="nbgrader-submission-"))
+        path = folder / f"{resources['nbgrader']['notebook']}.ipynb"
+        nbformat.write(nb, path)
+        try:
+            RUNS[_key(resources)] = GradingRun(unit, path)
+        except KeyError as err:  # a unit without hidden tests: its grade cells score 0, said so
+            self.log.error("No hidden tests for %s: %s", unit, err)
+        return nb, resources
+
+
+class FillGradeCells(Preprocessor):
+    enabled = True
+    timeout = Float(900.0, help="seconds to wait for the hidden tests of one notebook").tag(config=True)
+
+    def preprocess(self, nb, resources):
+        run = RUNS.pop(_key(resources), None)
+        report, problem = None, None
+        if run is None:
+            problem = GRADER_FAILED.format("its hidden tests could not be started")
+        else:
+            try:
+                report, _ = run.result(self.timeout)
+                if "error" in report:
+                    problem, report = f"your notebook could not be graded: {report['error']}", None
+            except GradingFailed as err:
+                problem = GRADER_FAILED.format(str(err).splitlines()[0])
+                self.log.error("Grading %s failed: %s", _key(resources), err)
+        max_scores = self._max_scores(resources)
+        results = results_of(report) if report else []
+        notes = report.get("load_notes", []) if report else []
+        for cell in nb.cells:
+            meta = nbgrader_meta(cell)
+            if cell.cell_type != "code" or not meta.get("grade") or meta.get("solution"):
+                continue
+            grade_id = str(meta.get("grade_id"))
+            max_score = max_scores.get(grade_id, 0.0)
+            meta["points"] = max_score  # what SaveAutoGrades reads: the gradebook's, never the submission's
+            part = part_of(grade_id)
+            mine = [r for r in results if r.name.split("/", 1)[0] == part]
+            if problem is not None:
+                text, score = f"`{part}`: 0 / {fmt(max_score)} points. {problem}", 0.0
+            elif not mine:
+                text, score = f"`{part}`: 0 / {fmt(max_score)} points. The grader has no checks for this cell.", 0.0
+            else:
+                text = summary(f"`{part}`", mine)
+                score = min(max(sum(r.points for r in mine), 0.0), max_score)
+                if notes and score < max_score:
+                    text += "\nWhile loading your notebook: " + "; ".join(notes[:5])
+            cell.outputs = [
+                nbformat.v4.new_output("stream", name="stdout", text=text + "\n"),
+                nbformat.v4.new_output("execute_result", data={"text/plain": repr(float(score))},
+                                       execution_count=cell.get("execution_count") or 1),
+            ]
+        return nb, resources
+
+    def _max_scores(self, resources) -> dict[str, float]:
+        from nbgrader.api import Gradebook
+
+        info = resources["nbgrader"]
+        with Gradebook(info["db_url"]) as gb:
+            notebook = gb.find_notebook(info["notebook"], info["assignment"])
+            return {cell.name: float(cell.max_score) for cell in notebook.grade_cells}
+
+
+class InertOutputs(Preprocessor):
+    """Only plain text and raster images survive in the student's outputs."""
+
+    enabled = True
+
+    def preprocess_cell(self, cell, resources, index):
+        if cell.cell_type != "code":
+            return cell, resources
+        kept = []
+        for output in cell.get("outputs", []):
+            kind = output.get("output_type")
+            if kind in ("display_data", "execute_result"):
+                data = {k: v for k, v in output.get("data", {}).items() if k in INERT_OUTPUT_TYPES}
+                if not data:
+                    continue
+                output["data"] = data
+                output["metadata"] = {}
+            elif kind == "error":
+                output["traceback"] = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"[:2000]]
+            elif kind != "stream":
+                continue
+            kept.append(output)
+        cell.outputs = kept
+        cell.metadata.pop("attachments", None)
+        cell.pop("attachments", None)
+        return cell, resources

@@ -1,0 +1,432 @@
+"""The grader's side of the trust line: a submission's code, running in a sandboxed worker.
+
+`Submission.open(path)` reads a notebook or `.py` file (as data: the grader never runs it)
+and starts a worker (`autograder/worker/main.py`) in the sandbox, which runs the code
+cells one by one. Then `student.call("softmax", x)` sends `x` across, the worker calls
+the student's `softmax`, and what comes back is data decoded without running anything:
+arrays, tensors, numbers, strings, and tuples, lists and dicts of them. A class stays in
+the worker: `student.new("Block", 16, 4)` returns a `Handle`, and `handle.call(x)`,
+`handle.method("load_state_dict", sd)`, `handle.attr("weight")` drive it from here.
+
+Every request has a deadline. A worker that misses one, dies, or answers garbage is
+killed (with everything it started) and replaced by a fresh one that runs the
+submission's cells again, skipping any cell that never finished.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .sandbox import Limits, SandboxedProcess, TimeLimitExceeded, quiet, sandbox_problem, time_limit
+from .submission import code_cells
+from .worker import channel
+
+WORKER_DIR = Path(__file__).resolve().parent / "worker"
+CELL_SECONDS = 30.0  # nbgrader's own per-cell timeout
+GRACE_SECONDS = 3.0  # the worker's own alarm should stop a call; this long after, we kill it
+START_SECONDS = 60.0
+
+
+# ---------------------------------------------------------------- what a call gives back
+
+
+@dataclass
+class Outcome:
+    """What one call of student code came to: a value, an error, or a timeout."""
+
+    value: object = None
+    error: str | None = None  # "ValueError: shapes do not match"
+    error_type: str | None = None  # "ValueError"
+    where: str | None = None  # "softmax, line 4": the student's line that raised
+    timed_out: bool = False
+    args_after: tuple = ()
+    kwargs_after: dict = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.timed_out
+
+
+class Handle:
+    """An object that lives in the worker (a student's `nn.Module`, say)."""
+
+    def __init__(self, student: Student, ident: int, type_name: str, generation: int):
+        self.student, self.id, self.type_name, self.generation = student, ident, type_name, generation
+
+    def __repr__(self):
+        return f"<{self.type_name} in the student's worker>"
+
+    def call(self, *args, seconds: float | None = None, keep: bool = False, **kwargs) -> Outcome:
+        return self.student._call({"handle": self.id}, args, kwargs, seconds=seconds, keep=keep, handle=self)
+
+    def method(self, name: str, *args, seconds: float | None = None, keep: bool = False, **kwargs) -> Outcome:
+        return self.student._call({"handle": self.id, "method": name}, args, kwargs, seconds=seconds,
+                                  keep=keep, handle=self)
+
+    def attr(self, name: str) -> Outcome:
+        return self.student._getattr(self, name)
+
+    def grads(self) -> Outcome:
+        """{parameter name: its .grad tensor, or None} of a module."""
+        return self.student._simple(self, {"op": "grads", "handle": self.id})
+
+
+class Unsendable:
+    """A result that cannot cross as data (a generator, an object of the student's own)."""
+
+    def __init__(self, what: str):
+        self.what = what
+
+    def __repr__(self):
+        return f"<{self.what}>"
+
+
+# ---------------------------------------------------------------- the worker
+
+
+class WorkerFailed(Exception):
+    pass
+
+
+class Student:
+    """A submission's code, running in a sandboxed worker; see the module docstring."""
+
+    def __init__(self, cells: list[tuple[str, str]], *, limits: Limits | None = None,
+                 call_seconds: float = 5.0, cell_seconds: float = CELL_SECONDS):
+        self.cells = cells
+        self.limits = limits or Limits()
+        self.call_seconds = call_seconds
+        self.cell_seconds = cell_seconds
+        self.notes: list[str] = []  # what went wrong while loading, for people
+        self.skipped: set[int] = set()  # cells that never finished: not run again
+        self.process: SandboxedProcess | None = None
+        self.generation = 0  # bumped at every restart: older handles are void
+        self.restarts = 0
+        self.callbacks: dict = {}
+
+    @classmethod
+    def open(cls, path: str | Path, **kwargs) -> Student:
+        student = cls(code_cells(path), **kwargs)
+        student.start()
+        return student
+
+    # ------------------------------------------------------------ life cycle
+
+    def start(self) -> None:
+        self.close()
+        self.generation += 1
+        request_r, request_w = os.pipe()
+        reply_r, reply_w = os.pipe()
+        try:
+            # Inside the sandbox the worker sees its two files and nothing else of autograder/.
+            script = "/opt/grader-worker/main.py" if sandbox_problem() is None else str(WORKER_DIR / "main.py")
+            mounts = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}") for name in ("main.py", "channel.py"))
+            argv = [sys.executable, "-I", "-B", script, str(request_r), str(reply_w)]
+            self.process = SandboxedProcess(argv, limits=self.limits, pass_fds=(request_r, reply_w), mounts=mounts)
+        finally:
+            os.close(request_r)
+            os.close(reply_w)
+        self.request_fd, self.reply_fd = request_w, reply_r
+        os.set_blocking(self.request_fd, False)
+        os.set_blocking(self.reply_fd, False)
+        self._load()
+
+    def _load(self) -> None:
+        for index, (label, source) in enumerate(self.cells):
+            if index in self.skipped:
+                continue
+            try:
+                reply, _ = self._request({"op": "exec", "label": label, "source": source,
+                                          "seconds": self.cell_seconds}, [], self.cell_seconds + GRACE_SECONDS)
+            except WorkerFailed as err:
+                self.skipped.add(index)
+                self._note(f"{label} {err}; it was skipped")
+                self._restart_quietly()
+                return
+            if not reply.get("ok"):
+                if reply.get("timed_out"):
+                    self.skipped.add(index)
+                    self._note(f"{label} was still running after {self.cell_seconds:g} s; stopped it")
+                else:
+                    self._note(f"{label} raised {str(reply.get('error'))[:300]}")
+
+    def _restart_quietly(self) -> None:
+        """A fresh worker that reruns the cells, skipping the ones that never finished."""
+        self.restarts += 1
+        if self.restarts > 20:
+            raise WorkerFailed("the worker had to be restarted too many times")
+        self.start()
+
+    def _note(self, text: str) -> None:
+        if text not in self.notes:
+            self.notes.append(text)
+
+    def close(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process = None
+            for fd in (self.request_fd, self.reply_fd):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    # ------------------------------------------------------------ requests
+
+    def _request(self, header: dict, blobs: list[bytes], seconds: float):
+        """Send one request and wait for its reply, serving callbacks meanwhile."""
+        if self.process is None or not self.process.alive():
+            raise WorkerFailed("stopped: the process running your code had exited")
+        deadline = time.monotonic() + seconds
+        try:
+            channel.send(self.request_fd, header, blobs, deadline)
+            while True:
+                reply, reply_blobs = channel.receive(self.reply_fd, deadline)
+                if reply.get("op") == "callback":
+                    self._serve_callback(reply, reply_blobs, deadline)
+                    continue
+                return reply, reply_blobs
+        except channel.ChannelTimeout:
+            raise WorkerFailed(f"did not finish within {seconds:g} s") from None
+        except channel.ChannelClosed:
+            raise WorkerFailed("stopped: the process running your code exited (os._exit, sys.exit in a "
+                               "thread, a crash or a memory limit)") from None
+        except channel.ChannelError as err:
+            raise WorkerFailed(f"stopped: the process running your code sent something unreadable ({err})") \
+                from None
+
+    def _serve_callback(self, header, blobs, deadline) -> None:
+        key = header.get("fn")
+        key = tuple(key) if isinstance(key, list) else key
+        fn = self.callbacks.get(key)
+        reply_blobs: list[bytes] = []
+        if fn is None:
+            reply = {"ok": False, "error": "no such function"}
+        else:
+            try:
+                args = channel.decode(header.get("args"), blobs)
+                kwargs = channel.decode(header.get("kwargs"), blobs)
+                if type(args) is not tuple or type(kwargs) is not dict:
+                    raise channel.ChannelError("malformed call")
+                with quiet(), time_limit(60.0):
+                    value = fn(*args, **kwargs)
+                reply = {"ok": True, "value": channel.encode(value, reply_blobs)}
+            except channel.ChannelError as err:
+                reply, reply_blobs = {"ok": False, "error": f"TypeError: {err}"}, []
+            except Exception as err:  # noqa: BLE001 - the reference raised on the student's arguments
+                reply, reply_blobs = {"ok": False, "error": f"{type(err).__name__}: {err}"[:300]}, []
+        channel.send(self.request_fd, reply, reply_blobs, deadline)
+
+    def _encode_args(self, args, kwargs, blobs):
+        def as_callback(value):
+            if callable(value):
+                key = len(self.callbacks) + 1
+                self.callbacks[key] = value
+                return channel.Ref("fn", key)
+            if isinstance(value, Handle):
+                return channel.Ref("obj", value.id)
+            return None
+
+        return (channel.encode(tuple(args), blobs, as_callback),
+                channel.encode(dict(kwargs), blobs, as_callback))
+
+    def _outcome(self, reply, blobs) -> Outcome:
+        if not reply.get("ok"):
+            if reply.get("unsendable"):
+                return Outcome(value=Unsendable(f"a value the grader cannot read ({reply.get('error')})"))
+            return Outcome(error=str(reply.get("error", "failed"))[:400], error_type=str(reply.get("type") or ""),
+                           where=reply.get("where") if isinstance(reply.get("where"), str) else None,
+                           timed_out=bool(reply.get("timed_out")))
+        types = reply.get("types") if isinstance(reply.get("types"), dict) else {}
+        try:
+            decoded = {key: self._wrap(channel.decode(reply[key], blobs), types)
+                       for key in ("value", "args_after", "kwargs_after") if key in reply}
+        except channel.ChannelError as err:
+            return Outcome(value=Unsendable(f"a value the grader cannot read ({err})"))
+        return Outcome(value=decoded.get("value"), args_after=decoded.get("args_after", ()),
+                       kwargs_after=decoded.get("kwargs_after", {}))
+
+    def _wrap(self, value, types):
+        """Refs to held objects become Handles; everything else is plain data already."""
+        if isinstance(value, channel.Ref):
+            name = str(types.get(str(value.id), "object"))[:200]
+            return Handle(self, value.id, name, self.generation)
+        if type(value) in (tuple, list):
+            return type(value)(self._wrap(v, types) for v in value)
+        if type(value) is dict:
+            return {k: self._wrap(v, types) for k, v in value.items()}
+        return value
+
+    def _call(self, target: dict, args, kwargs, *, seconds: float | None = None, stubs: dict | None = None,
+              forbid: tuple = (), return_args: bool = False, keep: bool = False, handle: Handle | None = None
+              ) -> Outcome:
+        if handle is not None and handle.generation != self.generation:
+            return Outcome(error="the object was lost when your code had to be restarted")
+        seconds = self.call_seconds if seconds is None else seconds
+        self.callbacks = {("ref", name): fn for name, fn in (stubs or {}).items()}
+        blobs: list[bytes] = []
+        encoded_args, encoded_kwargs = self._encode_args(args, kwargs, blobs)
+        header = {"op": "call", "target": target, "args": encoded_args, "kwargs": encoded_kwargs,
+                  "stubs": sorted(stubs or {}), "forbid": list(forbid), "seconds": seconds,
+                  "return_args": return_args, "keep": keep}
+        try:
+            reply, reply_blobs = self._request(header, blobs, seconds + GRACE_SECONDS)
+        except WorkerFailed as err:
+            timed_out = "did not finish" in str(err)
+            self._restart_quietly()
+            return Outcome(error=str(err), timed_out=timed_out)
+        finally:
+            self.callbacks = {}
+        return self._outcome(reply, reply_blobs)
+
+    def _getattr(self, handle: Handle, name: str) -> Outcome:
+        return self._simple(handle, {"op": "getattr", "handle": handle.id, "attr": name})
+
+    def _simple(self, handle: Handle, header: dict) -> Outcome:
+        """A request about a held object that runs no student method of our choosing."""
+        if handle.generation != self.generation:
+            return Outcome(error="the object was lost when your code had to be restarted")
+        try:
+            reply, blobs = self._request(header, [], self.call_seconds + GRACE_SECONDS)
+        except WorkerFailed as err:
+            self._restart_quietly()
+            return Outcome(error=str(err))
+        return self._outcome(reply, blobs)
+
+    # ------------------------------------------------------------ what the tests use
+
+    def kind(self, name: str) -> str:
+        """"missing", "function", "class", or the type name of whatever `name` is."""
+        try:
+            reply, _ = self._request({"op": "describe", "name": name}, [], 10.0)
+        except WorkerFailed:
+            self._restart_quietly()
+            return "missing"
+        kind = reply.get("kind")
+        return kind if isinstance(kind, str) else "missing"
+
+    def call(self, name: str, *args, seconds: float | None = None, stubs: dict[str, Callable] | None = None,
+             forbid: tuple = (), return_args: bool = False, keep: bool = False, **kwargs) -> Outcome:
+        """Call the student's function `name`. `stubs` maps contract names to the
+        reference functions that stand in for the student's own during this call."""
+        return self._call({"name": name}, args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
+                          return_args=return_args, keep=keep)
+
+    def new(self, class_name: str, *args, seconds: float | None = None, **kwargs) -> Outcome:
+        """Construct the student's class; the outcome's value is a Handle."""
+        return self._call({"name": class_name}, args, kwargs, seconds=seconds, keep=True)
+
+
+# ---------------------------------------------------------------- trusted code, for the course's own tests
+
+
+class InProcessStudent:
+    """The `Student` interface over trusted functions in this process.
+
+    Only for the course's own tests of the graders, where the "submission" is a catalogued
+    wrong variant or the reference itself: code the course wrote. Values still go through
+    the wire format both ways, so a check sees exactly what it would see from a worker.
+    Never give it a student's code.
+    """
+
+    def __init__(self, namespace: dict):
+        self.namespace = namespace
+        self.notes: list[str] = []
+
+    def kind(self, name: str) -> str:
+        value = self.namespace.get(name, _MISSING)
+        if value is _MISSING:
+            return "missing"
+        if isinstance(value, type):
+            return "class"
+        return "function" if callable(value) else type(value).__name__
+
+    def call(self, name: str, *args, seconds: float | None = None, stubs: dict | None = None,
+             forbid: tuple = (), return_args: bool = False, keep: bool = False, **kwargs) -> Outcome:
+        from .worker.main import error_text, unforbid
+        from .worker.main import forbid as forbid_shortcuts
+
+        fn = self.namespace[name]
+        args, kwargs = _round_trip((tuple(args), dict(kwargs)))
+        swapped = _swap_globals(fn, stubs or {})
+        forbidden = forbid_shortcuts(forbid)
+        try:
+            with quiet(), time_limit(seconds or 5.0):
+                value = fn(*args, **kwargs)
+        except TimeLimitExceeded:
+            return Outcome(error="did not finish in time", timed_out=True)
+        except BaseException as err:  # noqa: BLE001 - a variant may raise on purpose
+            return Outcome(error=error_text(err), error_type=type(err).__name__)
+        finally:
+            unforbid(forbidden)
+            _restore_globals(fn, swapped)
+        try:
+            value = _round_trip(value)
+            after = _round_trip((args, kwargs)) if return_args else ((), {})
+        except channel.ChannelError as err:
+            return Outcome(value=Unsendable(f"a value the grader cannot read ({err})"))
+        return Outcome(value=value, args_after=after[0], kwargs_after=after[1])
+
+    def close(self) -> None:
+        pass
+
+
+_MISSING = object()
+
+
+def _round_trip(value):
+    """`value` encoded and decoded as the wire would, functions passed through as they are."""
+    held: list = []
+
+    def hold(obj):
+        if callable(obj):
+            held.append(obj)
+            return channel.Ref("fn", len(held) - 1)
+        return None
+
+    blobs: list[bytes] = []
+    decoded = channel.decode(channel.encode(value, blobs, hold), blobs)
+
+    def resolve(v):
+        if isinstance(v, channel.Ref):
+            return held[v.id]
+        if type(v) in (tuple, list):
+            return type(v)(resolve(x) for x in v)
+        if type(v) is dict:
+            return {k: resolve(x) for k, x in v.items()}
+        return v
+
+    return resolve(decoded)
+
+
+def _swap_globals(fn, stubs: dict) -> dict:
+    namespace = getattr(fn, "__globals__", None)
+    if namespace is None:
+        return {}
+    saved = {}
+    for name, value in stubs.items():
+        saved[name] = namespace.get(name, _MISSING)
+        namespace[name] = value
+    saved["__namespace__"] = namespace
+    return saved
+
+
+def _restore_globals(fn, saved: dict) -> None:
+    namespace = saved.pop("__namespace__", None)
+    for name, value in saved.items():
+        if value is _MISSING:
+            namespace.pop(name, None)
+        else:
+            namespace[name] = value

@@ -1,0 +1,323 @@
+"""The sandboxed worker: runs one submission's code and answers the grader's requests.
+
+Started by the grader (`autograder/student.py`) inside the sandbox, as
+`python -I main.py REQUEST_FD REPLY_FD`. It reads requests from one pipe and writes
+replies to the other, in the format of `channel.py`:
+
+    exec     run one code cell of the submission in the notebook's namespace
+    describe what a name is: missing, a function, a class, or some other type
+    call     call a function, a method of a held object, or a held object itself;
+             the result comes back as data, or stays here as a held object (`keep`)
+    getattr  read an attribute of a held object
+    grads    the gradients of a held module's parameters, by name
+    release  forget held objects
+
+While a call runs, the contract functions named in `stubs` are replaced in the namespace
+by stubs that ask the grader to run its reference instead (a `callback` message), and a
+function handed over as an argument (a `Ref`) does the same. Everything the student's
+code prints goes to /dev/null; a call that runs past its time is interrupted here, and the
+grader kills the whole sandbox if that does not work.
+
+This process is the student's: nothing it says is trusted. The grader checks every
+answer's type and shape itself, and kills and replaces the worker when it misbehaves.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import traceback
+
+if __name__ == "__main__":  # inside the sandbox this file sits beside channel.py (-I leaves it off sys.path)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import channel
+else:  # imported as autograder.worker.main (by tools that read the course tree)
+    from . import channel
+
+
+class TimeLimitExceeded(BaseException):
+    """A BaseException, so a student's `except Exception:` does not swallow it."""
+
+
+def error_text(err: BaseException) -> str:
+    text = str(err).strip().splitlines()[0] if str(err).strip() else ""
+    text = text if len(text) <= 300 else text[:297] + "..."
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
+def where_in_student_code(err: BaseException) -> str | None:
+    """The last line of the student's own code in a traceback: `<cell label>, line N`."""
+    frames = [f for f in traceback.extract_tb(err.__traceback__) if f.filename.startswith("<cell ")]
+    if not frames:
+        return None
+    frame = frames[-1]
+    return f"{frame.filename[6:-1]}, line {frame.lineno}"
+
+
+class Worker:
+    def __init__(self, request_fd: int, reply_fd: int):
+        self.request_fd, self.reply_fd = request_fd, reply_fd
+        self.namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
+        self.held: dict[int, object] = {}
+        self.next_id = 1
+
+    # ------------------------------------------------------------ wire
+
+    def send(self, header: dict, blobs: list[bytes] | None = None) -> None:
+        channel.send(self.reply_fd, header, blobs or [])
+
+    def receive(self):
+        return channel.receive(self.request_fd)
+
+    def hold(self, value) -> channel.Ref:
+        ident = self.next_id
+        self.next_id += 1
+        self.held[ident] = value
+        return channel.Ref("obj", ident)
+
+    def encode_reply(self, header: dict, values: dict, keep: bool = False) -> None:
+        blobs: list[bytes] = []
+        types: dict[str, str] = {}
+
+        def as_ref(value):
+            ref = self.hold(value)
+            types[str(ref.id)] = f"{type(value).__module__}.{type(value).__qualname__}"
+            return ref
+
+        body = {key: channel.encode(as_ref(value) if keep and key == "value" else value, blobs, as_ref)
+                for key, value in values.items()}
+        self.send({**header, **body, "types": types}, blobs)
+
+    def decode_args(self, header, blobs):
+        args = channel.decode(header.get("args", {"t": "tuple", "v": []}), blobs)
+        kwargs = channel.decode(header.get("kwargs", {"t": "dict", "k": [], "v": []}), blobs)
+        return self.resolve(args), self.resolve(kwargs)
+
+    def resolve(self, value):
+        """Refs from the grader: `fn` becomes a stub that calls back, `obj` the held object."""
+        if isinstance(value, channel.Ref):
+            if value.kind == "fn":
+                return self.stub(value.id, f"function #{value.id}")
+            return self.held[value.id]
+        if type(value) in (tuple, list):
+            return type(value)(self.resolve(v) for v in value)
+        if type(value) is dict:
+            return {k: self.resolve(v) for k, v in value.items()}
+        return value
+
+    def stub(self, key, name: str):
+        worker = self
+
+        def call_grader(*args, **kwargs):
+            blobs: list[bytes] = []
+            try:
+                header = {
+                    "op": "callback", "fn": key,
+                    "args": channel.encode(tuple(args), blobs), "kwargs": channel.encode(dict(kwargs), blobs),
+                }
+            except channel.ChannelError as err:
+                raise TypeError(f"{name} was given a value it cannot take: {err}") from None
+            worker.send(header, blobs)
+            reply, reply_blobs = worker.receive()
+            if not reply.get("ok"):
+                raise RuntimeError(reply.get("error", f"{name} failed"))
+            return channel.decode(reply["value"], reply_blobs)
+
+        call_grader.__name__ = call_grader.__qualname__ = name
+        return call_grader
+
+    # ------------------------------------------------------------ time limits
+
+    def arm(self, seconds: float) -> None:
+        def interrupt(signum, frame):
+            raise TimeLimitExceeded(seconds)
+
+        signal.signal(signal.SIGALRM, interrupt)
+        signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
+
+    def disarm(self) -> None:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+    # ------------------------------------------------------------ requests
+
+    def run(self) -> None:
+        while True:
+            header, blobs = self.receive()
+            op = header.get("op")
+            handler = getattr(self, f"op_{op}", None)
+            if handler is None:
+                self.send({"ok": False, "error": f"unknown request {op!r}"})
+                continue
+            handler(header, blobs)
+
+    def op_exec(self, header, blobs):
+        label, source = str(header["label"]), str(header["source"])
+        try:
+            code = compile(source, f"<cell {label}>", "exec")
+        except SyntaxError as err:
+            self.send({"ok": False, "error": f"SyntaxError: {err.msg} (line {err.lineno})"})
+            return
+        try:
+            self.arm(float(header.get("seconds", 30)))
+            exec(code, self.namespace)
+        except TimeLimitExceeded:
+            self.disarm()
+            self.send({"ok": False, "timed_out": True, "error": "still running when its time was up"})
+            return
+        except BaseException as err:  # noqa: BLE001 - a student's cell may raise anything
+            self.disarm()
+            self.send({"ok": False, "error": error_text(err)})
+            return
+        self.disarm()
+        self.send({"ok": True})
+
+    def op_describe(self, header, blobs):
+        value = self.namespace.get(str(header["name"]), _MISSING)
+        if value is _MISSING:
+            kind = "missing"
+        elif isinstance(value, type):
+            kind = "class"
+        elif callable(value):
+            kind = "function"
+        else:
+            kind = type(value).__name__
+        self.send({"ok": True, "kind": str(kind)})
+
+    def op_call(self, header, blobs):
+        swapped = {}
+        forbidden = []
+        try:
+            args, kwargs = self.decode_args(header, blobs)
+            target = header["target"]
+            if "handle" in target:
+                obj = self.held[int(target["handle"])]
+                method = target.get("method")
+                fn = obj if method is None else getattr(obj, str(method))
+            else:
+                fn = self.namespace[str(target["name"])]
+            for name in header.get("stubs", []):
+                swapped[name] = self.namespace.get(name, _MISSING)
+                self.namespace[name] = self.stub(("ref", name), f"the reference {name}")
+            forbidden = forbid(header.get("forbid", []))
+            self.arm(float(header.get("seconds", 5)))
+            try:
+                result = fn(*args, **kwargs)
+            finally:
+                self.disarm()
+        except TimeLimitExceeded:
+            self.send({"ok": False, "timed_out": True, "error": "did not finish in time"})
+            return
+        except BaseException as err:  # noqa: BLE001 - student code may raise anything
+            self.send({"ok": False, "error": error_text(err), "type": type(err).__name__,
+                       "where": where_in_student_code(err)})
+            return
+        finally:
+            for name, value in swapped.items():
+                if value is _MISSING:
+                    self.namespace.pop(name, None)
+                else:
+                    self.namespace[name] = value
+            unforbid(forbidden)
+        values = {"value": result}
+        if header.get("return_args"):
+            values["args_after"] = args
+            values["kwargs_after"] = kwargs
+        self.reply_values(values, keep=bool(header.get("keep")))
+
+    def reply_values(self, values: dict, keep: bool = False) -> None:
+        try:
+            self.arm(30.0)  # encoding may run the student's code (an ndarray subclass, say)
+            self.encode_reply({"ok": True}, values, keep)
+        except channel.ChannelError as err:
+            self.send({"ok": False, "unsendable": True, "error": str(err)})
+        except BaseException as err:  # noqa: BLE001
+            self.send({"ok": False, "unsendable": True, "error": error_text(err)})
+        finally:
+            self.disarm()
+
+    def op_getattr(self, header, blobs):
+        try:
+            obj = self.held[int(header["handle"])]
+            value = getattr(obj, str(header["attr"]))
+        except BaseException as err:  # noqa: BLE001
+            self.send({"ok": False, "error": error_text(err)})
+            return
+        self.reply_values({"value": value})
+
+    def op_grads(self, header, blobs):
+        """The `.grad` of every named parameter of a held module (None where there is none)."""
+        try:
+            module = self.held[int(header["handle"])]
+            grads = {name: p.grad for name, p in module.named_parameters()}
+        except BaseException as err:  # noqa: BLE001
+            self.send({"ok": False, "error": error_text(err)})
+            return
+        self.reply_values({"value": grads})
+
+    def op_release(self, header, blobs):
+        for ident in header.get("handles", []):
+            self.held.pop(int(ident), None)
+        self.send({"ok": True})
+
+
+_MISSING = object()
+
+
+class ForbiddenShortcut(Exception):
+    pass
+
+
+def forbid(names) -> list:
+    """Library shortcuts an exercise asks the student to write themselves raise while the
+    call runs. A teaching rule, not a defence: the grader does not rely on it."""
+    import importlib
+
+    saved = []
+    for dotted in names:
+        module_name, attr = str(dotted).rsplit(".", 1)
+        try:
+            module = importlib.import_module(module_name)
+            original = getattr(module, attr)
+        except (ImportError, AttributeError):
+            continue
+
+        def refuse(*args, _name=dotted, **kwargs):
+            raise ForbiddenShortcut(f"{_name} is off limits in this exercise: write it from scratch")
+
+        saved.append((module, attr, original))
+        setattr(module, attr, refuse)
+    return saved
+
+
+def unforbid(saved) -> None:
+    for module, attr, original in reversed(saved):
+        setattr(module, attr, original)
+
+
+def main(argv: list[str]) -> int:
+    request_fd, reply_fd = int(argv[1]), int(argv[2])
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # the student's prints go nowhere, from Python or from C
+        os.dup2(devnull, fd)
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    import warnings
+
+    warnings.simplefilter("ignore")
+    try:
+        import numpy as np
+
+        np.seterr(all="ignore")
+    except ImportError:  # pragma: no cover - numpy is always installed with the course
+        pass
+    worker = Worker(request_fd, reply_fd)
+    try:
+        worker.run()
+    except (channel.ChannelClosed, KeyboardInterrupt):
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    os._exit(main(sys.argv))

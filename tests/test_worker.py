@@ -1,0 +1,251 @@
+"""The trust line itself: the sandboxed worker, the wire format, and `course.py check`
+driven by submissions that misbehave on purpose."""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from autograder import sandbox
+from autograder.paths import ROOT
+from autograder.student import Handle, Student
+from autograder.units import UNITS
+from autograder.worker import channel
+
+needs_sandbox = pytest.mark.skipif(sandbox.sandbox_problem() is not None,
+                                   reason=f"bubblewrap cannot start here: {sandbox.sandbox_problem()}")
+
+
+def worker(source: str, **kwargs) -> Student:
+    student = Student([("answer", source)], **kwargs)
+    student.start()
+    return student
+
+
+# ---------------------------------------------------------------- classes, through handles
+
+TINY_NET = """
+import torch
+from torch import nn
+
+class TinyNet(nn.Module):
+    def __init__(self, d_in, d_out):
+        super().__init__()
+        self.proj = nn.Linear(d_in, d_out)
+
+    def forward(self, x):
+        return torch.tanh(self.proj(x))
+"""
+
+
+def test_a_torch_module_is_driven_through_handles():
+    torch.manual_seed(0)
+    weight, bias, x = torch.randn(3, 4), torch.randn(3), torch.randn(5, 4)
+    with worker(TINY_NET) as student:
+        net = student.new("TinyNet", 4, 3).value
+        assert isinstance(net, Handle) and net.type_name == "__main__.TinyNet"
+        assert net.method("load_state_dict", {"proj.weight": weight, "proj.bias": bias}).ok
+        state = net.method("state_dict").value
+        assert set(state) == {"proj.weight", "proj.bias"} and torch.equal(state["proj.weight"], weight)
+        out = net.call(x).value
+        assert type(out) is torch.Tensor and torch.allclose(out, torch.tanh(x @ weight.T + bias))
+        # Gradients: keep the output in the worker, run backward there, read the .grad back.
+        kept = net.call(x, keep=True).value
+        kept.method("sum", keep=True).value.method("backward")
+        grads = net.grads().value
+    w, b = weight.clone().requires_grad_(), bias.clone().requires_grad_()
+    torch.tanh(x @ w.T + b).sum().backward()
+    assert torch.allclose(grads["proj.weight"], w.grad) and torch.allclose(grads["proj.bias"], b.grad)
+
+
+def test_a_handle_from_a_restarted_worker_is_void():
+    with worker(TINY_NET + "\nimport os\ndef crash():\n    os._exit(3)\n") as student:
+        net = student.new("TinyNet", 2, 2).value
+        assert student.call("crash").error
+        assert "lost" in net.call(torch.zeros(1, 2)).error
+
+
+# ---------------------------------------------------------------- the sandbox
+
+
+@needs_sandbox
+def test_the_worker_sees_no_course_no_network_and_writes_nowhere_else():
+    probe = f"""
+import os, socket
+ROOT = {str(ROOT)!r}
+def look():
+    seen = sorted(os.listdir(ROOT))
+    readable = []
+    for path in ("autograder/core.py", "solutions", "autograder/tests"):
+        try:
+            open(os.path.join(ROOT, path)).read()
+            readable.append(path)
+        except OSError:
+            pass
+    try:
+        socket.create_connection(("1.1.1.1", 80), timeout=2)
+        network = True
+    except OSError:
+        network = False
+    try:
+        open(os.path.join(ROOT, "planted.txt"), "w").write("x")
+        wrote = True
+    except OSError:
+        wrote = False
+    pids = [p for p in os.listdir("/proc") if p.isdigit()]
+    return seen, readable, network, wrote, len(pids)
+"""
+    with worker(probe) as student:
+        seen, readable, network, wrote, processes = student.call("look").value
+    assert set(seen) <= {".venv", "coursekit"}, seen
+    assert readable == [] and not network and not wrote
+    assert processes <= 3  # the sandbox's init, the worker, and nothing of the grader's
+    assert not (ROOT / "planted.txt").exists()
+
+
+def test_without_the_sandbox_grading_still_runs_and_says_so_loudly(monkeypatch, capsys):
+    monkeypatch.setattr(sandbox, "sandbox_problem", lambda: "bubblewrap disabled for this test")
+    monkeypatch.setattr("autograder.student.sandbox_problem", sandbox.sandbox_problem)
+    monkeypatch.setattr(sandbox, "_warned", False)
+    with worker("def double(x):\n    return 2 * x\n") as student:
+        assert not student.process.sandboxed
+        assert student.call("double", np.arange(3)).value.tolist() == [0, 2, 4]
+    with worker("x = 1\n"):
+        pass
+    err = capsys.readouterr().err
+    assert err.count("WITHOUT the sandbox") == 1 and "bubblewrap disabled for this test" in err
+
+
+def test_a_fork_bomb_and_leftover_children_die_with_the_worker():
+    source = """
+import os, subprocess
+def spawn():
+    subprocess.Popen(["sh", "-c", "sleep 986"], start_new_session=True)
+    n = 0
+    try:
+        for _ in range(5000):
+            if os.fork() == 0:
+                import time
+                time.sleep(60)
+                os._exit(0)
+            n += 1
+    except OSError:
+        pass
+    return n
+"""
+    with worker(source, limits=sandbox.Limits(processes=64)) as student:
+        forked = student.call("spawn", seconds=20).value
+    assert forked < 5000  # the process cap held
+    left = subprocess.run(["pgrep", "-f", "sleep 986"], capture_output=True, text=True).stdout.split()
+    assert left == []
+
+
+# ---------------------------------------------------------------- the wire format
+
+
+def frame(header: dict, blobs: list[bytes]) -> tuple[dict, list[bytes]]:
+    return channel.unpack(channel.pack(header, blobs)[8:])
+
+
+def npy(array, allow_pickle=False) -> bytes:
+    buffer = io.BytesIO()
+    np.save(buffer, array, allow_pickle=allow_pickle)
+    return buffer.getvalue()
+
+
+class Payload:
+    ran = False
+
+    def __reduce__(self):
+        return (Payload.mark, ())
+
+    @staticmethod
+    def mark():
+        Payload.ran = True
+
+
+@pytest.mark.parametrize("case", ["object_array", "structured", "deep", "huge_header", "bad_blob", "unknown_tag"])
+def test_the_decoder_refuses_what_is_not_plain_data(case):
+    if case == "object_array":
+        header, blobs = {"t": "nd", "b": 0}, [npy(np.array([Payload()], dtype=object), allow_pickle=True)]
+    elif case == "structured":
+        header, blobs = {"t": "nd", "b": 0}, [npy(np.zeros(2, dtype=[("a", "i4"), ("b", "f8")]))]
+    elif case == "deep":
+        header, blobs = {"t": "list", "v": []}, []
+        for _ in range(channel.MAX_DEPTH + 5):
+            header = {"t": "list", "v": [header]}
+    elif case == "huge_header":
+        header, blobs = {"t": "nd", "b": 0}, [b"\x93NUMPY" + b"\xff" * 64]
+    elif case == "bad_blob":
+        header, blobs = {"t": "nd", "b": 7}, []
+    else:
+        header, blobs = {"t": "pickle", "v": "gASV"}, []
+    with pytest.raises(channel.ChannelError):
+        channel.decode(header, blobs)
+    assert not Payload.ran
+
+
+def test_an_oversized_or_garbled_message_is_refused_unread():
+    r, w = __import__("os").pipe()
+    with open(w, "wb", closefd=True) as f:
+        f.write(struct.pack(">Q", channel.MAX_MESSAGE_BYTES + 1))
+    with pytest.raises(channel.ChannelError):
+        channel.receive(r, deadline=None)
+    with pytest.raises(channel.ChannelError):
+        channel.unpack(struct.pack(">I", 1000) + b"{}")
+
+
+def test_subclasses_cross_as_their_plain_bytes():
+    class Lying(np.ndarray):
+        def __eq__(self, other):
+            return True
+
+    blobs: list[bytes] = []
+    value = channel.decode(channel.encode(np.arange(3.0).view(Lying), blobs), blobs)
+    assert type(value) is np.ndarray and (value == np.array([9.0, 9.0, 9.0])).tolist() == [False] * 3
+
+    class LyingTensor(torch.Tensor):
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            return super().__torch_function__(func, types, args, kwargs or {})
+
+    blobs = []
+    tensor = channel.decode(channel.encode(torch.ones(2).as_subclass(LyingTensor), blobs), blobs)
+    assert type(tensor) is torch.Tensor
+
+
+# ---------------------------------------------------------------- `course.py check` cannot be steered
+
+
+def check(tmp_path, source: str) -> tuple[int, str]:
+    path = tmp_path / "answer.py"
+    path.write_text(source)
+    proc = subprocess.run([sys.executable, "-m", "autograder", "check", "01_attention", str(path), "--json"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return proc.returncode, proc.stdout
+
+
+FORGED = json.dumps({"unit": "01_attention", "score": 15, "max_score": 15, "checks": []})
+
+
+@pytest.mark.parametrize("attack", [
+    f"print({FORGED!r})\nimport os\nos._exit(0)",
+    f"import sys\nprint({FORGED!r})\nsys.exit(0)",
+    "import atexit\natexit.register(lambda: [None for _ in iter(int, 1)])",
+    "import signal\nsignal.signal(signal.SIGALRM, signal.SIG_IGN)\n"
+    "def softmax(x, axis=-1):\n    while True:\n        pass",
+    "import os, sys\nfor fd in range(3, 100):\n    try:\n        os.write(fd, b'{\"score\": 15}\\n' * 100)\n"
+    "    except OSError:\n        pass",
+], ids=["os_exit", "sys_exit", "atexit_loop", "ignored_alarm", "fd_spray"])
+def test_a_submission_cannot_steer_checks_output_or_exit_status(tmp_path, attack):
+    status, out = check(tmp_path, attack)
+    report = json.loads(out)
+    assert status == 1 and report["score"] == 0 and report["max_score"] == UNITS["01_attention"].points
+    assert len(report["checks"]) == sum(len(p.checks) for p in UNITS["01_attention"].parts)

@@ -21,7 +21,8 @@ CELL_TIMEOUT = 30
 
 
 def restore_deleted_grade_cells_preprocessor():
-    """nbgrader's OverwriteCells, with a restore of deleted grade cells that works.
+    """nbgrader's OverwriteCells, with a restore of deleted grade cells that works, and a
+    notebook with duplicated grade cells graded rather than dropped.
 
     nbgrader 0.9.6 re-inserts a deleted grade cell after the source cell before it, but
     looks that cell up among grade and solution cells only. When a locked read-only cell
@@ -33,6 +34,15 @@ def restore_deleted_grade_cells_preprocessor():
 
     class RestoreDeletedGradeCells(OverwriteCells):
         add_missing_cells = Bool(True).tag(config=True)
+
+        def preprocess(self, nb, resources):
+            # DeduplicateIds leaves `nbgrader: {}` on every duplicate of a cell, and
+            # nbgrader's restore of task cells then raises KeyError on it: that student's
+            # whole notebook would go ungraded. An empty dict means an ordinary cell.
+            for cell in nb.cells:
+                if cell.get("metadata", {}).get("nbgrader") == {}:
+                    del cell.metadata["nbgrader"]
+            return super().preprocess(nb, resources)
 
         def add_missing_grade_cells(self, nb, resources):
             source_nb = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)

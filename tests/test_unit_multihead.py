@@ -34,10 +34,6 @@ def grade_part(unit, part, namespace, *args, **kwargs):
     return core.grade_part(unit, part, InProcessStudent(namespace), *args, **kwargs)
 
 
-def grade_namespace(unit, namespace, *args, **kwargs):
-    return core.grade_student(unit, InProcessStudent(namespace), *args, **kwargs)
-
-
 UNIT = get_unit("03_multihead")
 SUBMISSIONS = ROOT / "tests" / "submissions" / "03_multihead"
 

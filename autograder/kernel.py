@@ -43,6 +43,7 @@ from pathlib import Path
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from jupyter_core.utils import run_sync
+from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Instance, Integer, List, TraitError, Tuple, Unicode, default, validate
@@ -190,6 +191,10 @@ class SandboxedKernelManager(AsyncKernelManager):
         return await super()._async_pre_start_kernel(**kw)
 
 
+class _NotebookStopped(Exception):
+    """Raised past nbclient once a cell has killed or hung the kernel."""
+
+
 TRUNCATED = "output truncated: this cell printed or displayed more than the grader keeps, and the rest was dropped"
 
 
@@ -250,7 +255,25 @@ class SandboxedExecute(Execute):
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         self._budget = _OutputBudget(outputs=self.max_outputs, chars=self.max_output_chars)
-        return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        try:
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        except (DeadKernelError, CellTimeoutError) as err:
+            # The kernel died here (os._exit, a crash, the memory limit) or the cell ignored
+            # its interrupt. nbgrader would drop the whole notebook, grades and all; the
+            # grades come from the hidden tests, which ran this code separately, so say what
+            # happened on this cell and stop running the rest (see `preprocess`).
+            what = "stopped the kernel" if isinstance(err, DeadKernelError) else "ignored its interrupt"
+            cell.setdefault("outputs", []).append(new_output(
+                "error", ename="NotebookStopped", traceback=[],
+                evalue=f"this cell {what}, so the cells after it were not run for this page. Your grades "
+                       "come from the hidden tests, which ran your code separately."))
+            raise _NotebookStopped from err
+
+    def preprocess(self, nb, resources=None, km=None):
+        try:
+            return super().preprocess(nb, resources, km)
+        except _NotebookStopped:
+            return nb, resources
 
     # nbclient binds its synchronous execute_cell to its own async_execute_cell.
     execute_cell = run_sync(async_execute_cell)

@@ -109,6 +109,9 @@ def attacks(course: Path) -> dict[str, tuple[str, str, float | str]]:
         "resource_memory": ("reference", "import numpy as np\n_good = softmax\n"
                             "def softmax(x, axis=-1):\n    hog = np.ones(10**11)\n    return _good(x, axis)",
                             FULL - UNITS[UNIT].part("softmax").points),
+        "resource_exit": ("reference", "import os\nos._exit(1)", FULL),
+        "resource_no_interrupt": ("reference", "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                                  "signal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass", FULL),
         # the channel between worker and grader
         "channel_spray": ("release", "import os\n"
                           "def softmax(x, axis=-1):\n"

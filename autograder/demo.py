@@ -132,6 +132,7 @@ class SampleClass:
     feedback: dict[tuple[str, str], Path] = field(default_factory=dict)
     grades_csv: Path | None = None
     autograde_logs: dict[str, str] = field(default_factory=dict)
+    autograde_seconds: dict[str, float] = field(default_factory=dict)  # wall time of `nbgrader autograde`
     # (student, unit, grade cell) where the grader itself failed: an instructor's bug
     grader_failures: list[tuple[str, str, str]] = field(default_factory=list)
     seconds: float = 0.0
@@ -160,7 +161,9 @@ def run_sample_class(workdir: Path, units: list[str] | None = None, log=print) -
             nbformat.write(nb, path)
             course.submit(student, unit, path, name)
         log(f"[{unit}] autograde {len(STUDENTS)} sample submissions")
+        started_unit = time.perf_counter()
         proc = course.autograde(unit)
+        result.autograde_seconds[unit] = time.perf_counter() - started_unit
         result.autograde_logs[unit] = proc.stdout + proc.stderr
         log(f"[{unit}] generate_feedback")
         course.generate_feedback(unit)
@@ -228,7 +231,10 @@ def main(argv: list[str]) -> int:
     with open(result.grades_csv) as f:
         rows = list(csv.DictReader(f))
     print(f"  ({len(rows)} rows: one per student and assignment)")
-    print(f"\nThe whole loop took {result.seconds:.0f} s.")
+    timings = ", ".join(f"{unit} {seconds:.1f} s" for unit, seconds in result.autograde_seconds.items())
+    print(f"\n`nbgrader autograde` of {len(STUDENTS)} students: {timings}; "
+          f"{sum(result.autograde_seconds.values()):.1f} s in all.")
+    print(f"The whole loop took {result.seconds:.0f} s.")
     for student, unit, cell in result.grader_failures:
         print(f"WARNING: the grader itself failed for {student}, {unit}, {cell}: see its autograded notebook.")
     return 1 if result.grader_failures else 0

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -53,6 +54,7 @@ class StartTrustedGrading(Preprocessor):
             RUNS[_key(resources)] = GradingRun(unit, path)
         except KeyError as err:  # a unit without hidden tests: its grade cells score 0, said so
             self.log.error("No hidden tests for %s: %s", unit, err)
+            shutil.rmtree(folder, ignore_errors=True)
         return nb, resources
 
 
@@ -73,6 +75,8 @@ class FillGradeCells(Preprocessor):
             except GradingFailed as err:
                 problem = GRADER_FAILED.format(str(err).splitlines()[0])
                 self.log.error("Grading %s failed: %s", _key(resources), err)
+            finally:
+                shutil.rmtree(run.submission.parent, ignore_errors=True)
         max_scores = self._max_scores(resources)
         results = results_of(report) if report else []
         notes = report.get("load_notes", []) if report else []

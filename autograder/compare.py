@@ -23,22 +23,34 @@ def as_array(value):
     if isinstance(value, tuple | list) and value and not np.isscalar(value[0]):
         return None  # a tuple of arrays where one array was expected
     try:
-        if hasattr(value, "detach"):  # a torch tensor
-            value = value.detach().cpu().numpy()
+        value = plain(value)
         array = np.asarray(value, dtype=float)
     except (TypeError, ValueError):
         return None
     return array
 
 
+def plain(value):
+    """A torch tensor as a NumPy array (detached, on the CPU, half precision widened);
+    anything else as it is."""
+    if hasattr(value, "detach") and hasattr(value, "dtype"):
+        value = value.detach().cpu()
+        if str(value.dtype) in ("torch.bfloat16", "torch.float16"):
+            value = value.float()
+        return value.numpy()
+    return value
+
+
 def describe(value) -> str:
+    if hasattr(value, "what"):  # a result that could not cross from the student's worker
+        return value.what
     if isinstance(value, tuple | list):
         return f"a {type(value).__name__} of {len(value)} items"
     return f"a {type(value).__name__}"
 
 
 def compare_arrays(actual, expected, tol: Tolerance, label: str = "the output") -> str | None:
-    expected = np.asarray(expected, dtype=float)
+    expected = np.asarray(plain(expected), dtype=float)
     got = as_array(actual)
     if got is None:
         return f"{label} is {describe(actual)}, expected an array of shape {expected.shape}"

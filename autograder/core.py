@@ -70,6 +70,11 @@ class Check:
     # Checks of the same part that must pass too for this one to count: a yes/no answer
     # such as a leak detector's would otherwise earn half its points by never changing.
     requires: tuple[str, ...] = ()
+    # For checks that take more than one call (build a module, load weights, run forward,
+    # read gradients): probe(api, inputs) -> the value to compare. It is written once and
+    # run three ways: against the student's worker, the reference, and each catalogued
+    # variant (see `StudentApi` and `TrustedApi`).
+    probe: Callable[[object, Inputs], object] | None = None
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,12 @@ class Part:
     # Library shortcuts that raise while the student's function runs ("module.attr"), for
     # exercises that must be written from scratch.
     forbid: tuple[str, ...] = ()
+    # Library functions that stand in for contract functions inside this part, where a
+    # call back to the reference would cut the autograd graph: {"gelu": "torch.nn.functional.gelu"}.
+    library_stubs: tuple[tuple[str, str], ...] = ()
+    # "function", or "class": then a catalogued variant of this part is variant(ref) -> a
+    # wrong class, used in place of the reference's in the probes.
+    kind: str = "function"
 
     @property
     def points(self) -> float:
@@ -165,27 +176,157 @@ class _Trusted:
 
 
 def _same_arrays(a, b) -> bool:
+    """Every array (or tensor) among `a` equals the one in the same place among `b`."""
+
     def leaves(x):
         return list(x) if isinstance(x, tuple | list) else [x]
+
+    def array(x):
+        if hasattr(x, "detach"):  # a torch tensor
+            return x.detach().cpu().numpy()
+        return x if isinstance(x, np.ndarray) else None
 
     la, lb = leaves(a), leaves(b)
     if len(la) != len(lb):
         return False
     for x, y in zip(la, lb, strict=True):
-        if isinstance(x, np.ndarray) and isinstance(y, np.ndarray):
+        x, y = array(x), array(y)
+        if x is not None and y is not None:
             if x.shape != y.shape or not np.array_equal(x, y, equal_nan=True):
                 return False
+        elif (x is None) != (y is None):
+            return False
     return True
 
 
+class ProbeFailed(Exception):
+    """A step of a probe that the student's code did not get through."""
+
+    def __init__(self, step: str, outcome: Outcome):
+        super().__init__(step)
+        self.step, self.outcome = step, outcome
+
+
+def _describe_args(args, kwargs) -> str:
+    def short(v):
+        if hasattr(v, "shape"):
+            return f"<{type(v).__name__} {tuple(v.shape)}>"
+        text = repr(v)
+        return text if len(text) <= 20 else f"<{type(v).__name__}>"
+
+    return ", ".join([short(a) for a in args] + [f"{k}={short(v)}" for k, v in kwargs.items()])
+
+
+class StudentApi:
+    """A probe's view of the student's code: every step runs in the worker."""
+
+    def __init__(self, student, stubs: dict, forbid: tuple, seconds: float):
+        self.student, self.options = student, {"stubs": stubs, "forbid": forbid, "seconds": seconds}
+
+    def _ok(self, step: str, outcome: Outcome, backward=None):
+        if not outcome.ok:
+            raise ProbeFailed(step, outcome)
+        return outcome.value if backward is None else (outcome.value, outcome.arg_grads)
+
+    def call(self, name, *args, backward=None, **kwargs):
+        """The function's result; with `backward`, (result, each argument's gradient)."""
+        return self._ok(f"`{name}({_describe_args(args, kwargs)})`",
+                        self.student.call(name, *args, backward=backward, **self.options, **kwargs), backward)
+
+    def new(self, name, *args, **kwargs):
+        return self._ok(f"`{name}({_describe_args(args, kwargs)})`",
+                        self.student.new(name, *args, **self.options, **kwargs))
+
+    def forward(self, obj, *args, keep: bool = False, backward=None):
+        return self._ok(f"calling the module on {_describe_args(args, {})}",
+                        obj.call(*args, keep=keep, backward=backward, **self.options), backward)
+
+    def method(self, obj, name, *args, keep: bool = False, **kwargs):
+        return self._ok(f"`.{name}({_describe_args(args, kwargs)})`",
+                        obj.method(name, *args, keep=keep, **self.options, **kwargs))
+
+    def attr(self, obj, name):
+        return self._ok(f"reading `.{name}`", obj.attr(name))
+
+    def grads(self, obj):
+        return self._ok("reading the parameters' gradients", obj.grads())
+
+
+class TrustedApi:
+    """The same steps on trusted code in this process: the reference, or a namespace in
+    which one catalogued variant stands in for the part being graded."""
+
+    def __init__(self, namespace: dict):
+        self.namespace = namespace
+
+    def call(self, name, *args, backward=None, **kwargs):
+        return self._backward(self.namespace[name], args, kwargs, backward)
+
+    def new(self, name, *args, **kwargs):
+        return self.namespace[name](*args, **kwargs)
+
+    def forward(self, obj, *args, keep: bool = False, backward=None):
+        return self._backward(obj, args, {}, backward)
+
+    @staticmethod
+    def _backward(fn, args, kwargs, backward):
+        value = fn(*args, **kwargs)
+        if backward is None:
+            return value
+        value.backward(backward)
+        return value, [getattr(a, "grad", None) for a in args]
+
+    def method(self, obj, name, *args, keep: bool = False, **kwargs):
+        return getattr(obj, name)(*args, **kwargs)
+
+    def attr(self, obj, name):
+        return getattr(obj, name)
+
+    def grads(self, obj):
+        return {name: p.grad for name, p in obj.named_parameters()}
+
+
+def _probe_student(probe, api: StudentApi, inputs: Inputs) -> Outcome:
+    try:
+        return Outcome(value=probe(api, inputs))
+    except ProbeFailed as failed:
+        outcome = failed.outcome
+        if outcome.timed_out:
+            return outcome
+        return Outcome(error=f"{failed.step} raised {outcome.error}", error_type=outcome.error_type,
+                       where=outcome.where, value=outcome.value)
+
+
+def _probe_trusted(probe, namespace: dict, inputs: Inputs) -> _Trusted:
+    from .student import round_trip
+
+    def run(*args, **kwargs):
+        return round_trip(probe(TrustedApi(namespace), Inputs(args, kwargs)))
+
+    return _call_trusted(run, inputs)
+
+
+def variant_namespace(part: Part, ref, variant) -> dict:
+    """The reference's namespace with one catalogued variant in place of `part`."""
+    namespace = dict(vars(ref))
+    if part.kind == "class":
+        namespace[part.name] = variant(ref)
+    else:
+        namespace[part.name] = lambda *a, **k: variant(ref, *a, **k)
+    return namespace
+
+
 def match_misconception(unit: Unit, part: Part, ref, inputs: Inputs, student_outcome: Outcome,
-                        expected, tol: Tolerance) -> Misconception | None:
+                        expected, tol: Tolerance, probe=None) -> Misconception | None:
     """The first catalogued mistake whose variant reproduces the student's result."""
     for mistake in unit.misconceptions:
         variant = mistake.variants.get(part.name)
         if variant is None:
             continue
-        outcome = _call_trusted(lambda *a, v=variant, **k: v(ref, *a, **k), inputs.copy())
+        if probe is not None:
+            outcome = _probe_trusted(probe, variant_namespace(part, ref, variant), inputs.copy())
+        else:
+            outcome = _call_trusted(lambda *a, v=variant, **k: v(ref, *a, **k), inputs.copy())
         if outcome.error is not None:
             # A variant that fails on these inputs matches a student who fails the same way.
             if student_outcome.error is not None and student_outcome.error_type == type(outcome.error).__name__:
@@ -214,6 +355,7 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     # While this part is graded, the contract functions it may call are the reference's,
     # so that a bug in `softmax` costs points once, not again in every caller.
     stubs = {name: getattr(ref, name) for name in part.uses if hasattr(ref, name)}
+    stubs.update(dict(part.library_stubs))
 
     def result(check, passed, message, mistake=None):
         return CheckResult(
@@ -241,8 +383,11 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             continue
         inputs = check.make_inputs(seeded_rng(unit.name, part.name, check.name))
         given = inputs.copy()
-        outcome = student.call(part.name, *given.args, seconds=seconds, stubs=stubs, forbid=part.forbid,
-                               return_args=check.kind == "unchanged", **given.kwargs)
+        if check.probe is not None:
+            outcome = _probe_student(check.probe, StudentApi(student, stubs, part.forbid, seconds), given)
+        else:
+            outcome = student.call(part.name, *given.args, seconds=seconds, stubs=stubs, forbid=part.forbid,
+                                   return_args=check.kind == "unchanged", **given.kwargs)
         if outcome.timed_out:
             gave_up = (
                 f"not run: `{part.name}` did not finish within {seconds:g} s on an earlier "
@@ -268,10 +413,12 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             else:
                 results.append(result(check, True, f"{check.what}: inputs left untouched"))
             continue
-        if check.oracle is None:
-            expected = _call_trusted(reference_fn, inputs.copy())
-        else:
+        if check.oracle is not None:
             expected = _call_trusted(lambda *a, o=check.oracle, **k: o(Inputs(a, k)), inputs.copy())
+        elif check.probe is not None:
+            expected = _probe_trusted(check.probe, dict(vars(ref)), inputs.copy())
+        else:
+            expected = _call_trusted(reference_fn, inputs.copy())
         if expected.error is not None:
             raise RuntimeError(f"the reference {part.name} failed on check {check.name}: "
                                f"{exception_text(expected.error)}")
@@ -286,7 +433,7 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         if problem is None:
             results.append(result(check, True, f"{check.what}: correct"))
             continue
-        mistake = match_misconception(unit, part, ref, inputs, outcome, expected.value, check.tol)
+        mistake = match_misconception(unit, part, ref, inputs, outcome, expected.value, check.tol, check.probe)
         message = f"{check.what}: {problem}."
         if mistake:
             message += f" This looks like {mistake.description}. {mistake.hint}"

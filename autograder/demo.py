@@ -51,7 +51,7 @@ def strip_solution_markers(source: str) -> str:
 
 
 def defines(source: str, name: str) -> bool:
-    return f"def {name}(" in source
+    return f"def {name}(" in source or f"class {name}(" in source
 
 
 class SampleMaker:

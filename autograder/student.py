@@ -46,6 +46,7 @@ class Outcome:
     timed_out: bool = False
     args_after: tuple = ()
     kwargs_after: dict = field(default_factory=dict)
+    arg_grads: list = field(default_factory=list)  # with `backward`: each argument's .grad
 
     @property
     def ok(self) -> bool:
@@ -61,12 +62,15 @@ class Handle:
     def __repr__(self):
         return f"<{self.type_name} in the student's worker>"
 
-    def call(self, *args, seconds: float | None = None, keep: bool = False, **kwargs) -> Outcome:
-        return self.student._call({"handle": self.id}, args, kwargs, seconds=seconds, keep=keep, handle=self)
+    def call(self, *args, seconds: float | None = None, keep: bool = False, stubs: dict | None = None,
+             forbid: tuple = (), backward=None, **kwargs) -> Outcome:
+        return self.student._call({"handle": self.id}, args, kwargs, seconds=seconds, keep=keep, handle=self,
+                                  stubs=stubs, forbid=forbid, backward=backward)
 
-    def method(self, name: str, *args, seconds: float | None = None, keep: bool = False, **kwargs) -> Outcome:
+    def method(self, name: str, *args, seconds: float | None = None, keep: bool = False, stubs: dict | None = None,
+               forbid: tuple = (), **kwargs) -> Outcome:
         return self.student._call({"handle": self.id, "method": name}, args, kwargs, seconds=seconds,
-                                  keep=keep, handle=self)
+                                  keep=keep, handle=self, stubs=stubs, forbid=forbid)
 
     def attr(self, name: str) -> Outcome:
         return self.student._getattr(self, name)
@@ -257,11 +261,11 @@ class Student:
         types = reply.get("types") if isinstance(reply.get("types"), dict) else {}
         try:
             decoded = {key: self._wrap(channel.decode(reply[key], blobs), types)
-                       for key in ("value", "args_after", "kwargs_after") if key in reply}
+                       for key in ("value", "args_after", "kwargs_after", "arg_grads") if key in reply}
         except channel.ChannelError as err:
             return Outcome(value=Unsendable(f"a value the grader cannot read ({err})"))
         return Outcome(value=decoded.get("value"), args_after=decoded.get("args_after", ()),
-                       kwargs_after=decoded.get("kwargs_after", {}))
+                       kwargs_after=decoded.get("kwargs_after", {}), arg_grads=decoded.get("arg_grads", []))
 
     def _wrap(self, value, types):
         """Refs to held objects become Handles; everything else is plain data already."""
@@ -275,17 +279,24 @@ class Student:
         return value
 
     def _call(self, target: dict, args, kwargs, *, seconds: float | None = None, stubs: dict | None = None,
-              forbid: tuple = (), return_args: bool = False, keep: bool = False, handle: Handle | None = None
-              ) -> Outcome:
+              forbid: tuple = (), return_args: bool = False, keep: bool = False, handle: Handle | None = None,
+              backward=None) -> Outcome:
         if handle is not None and handle.generation != self.generation:
             return Outcome(error="the object was lost when your code had to be restarted")
         seconds = self.call_seconds if seconds is None else seconds
-        self.callbacks = {("ref", name): fn for name, fn in (stubs or {}).items()}
+        stubs = stubs or {}
+        # A stub is the reference's function, called back here, or a library function's
+        # dotted name, which the worker imports itself.
+        library = {name: fn for name, fn in stubs.items() if isinstance(fn, str)}
+        stubs = {name: fn for name, fn in stubs.items() if not isinstance(fn, str)}
+        self.callbacks = {("ref", name): fn for name, fn in stubs.items()}
         blobs: list[bytes] = []
         encoded_args, encoded_kwargs = self._encode_args(args, kwargs, blobs)
         header = {"op": "call", "target": target, "args": encoded_args, "kwargs": encoded_kwargs,
-                  "stubs": sorted(stubs or {}), "forbid": list(forbid), "seconds": seconds,
+                  "stubs": sorted(stubs), "library_stubs": library, "forbid": list(forbid), "seconds": seconds,
                   "return_args": return_args, "keep": keep}
+        if backward is not None:
+            header["backward"] = channel.encode(backward, blobs)
         try:
             reply, reply_blobs = self._request(header, blobs, seconds + GRACE_SECONDS)
         except WorkerFailed as err:
@@ -323,15 +334,20 @@ class Student:
         return kind if isinstance(kind, str) else "missing"
 
     def call(self, name: str, *args, seconds: float | None = None, stubs: dict[str, Callable] | None = None,
-             forbid: tuple = (), return_args: bool = False, keep: bool = False, **kwargs) -> Outcome:
+             forbid: tuple = (), return_args: bool = False, keep: bool = False, backward=None,
+             **kwargs) -> Outcome:
         """Call the student's function `name`. `stubs` maps contract names to the
-        reference functions that stand in for the student's own during this call."""
+        reference functions that stand in for the student's own during this call; with
+        `backward`, the result is backpropagated from that gradient and each argument's
+        `.grad` comes back in `arg_grads`."""
         return self._call({"name": name}, args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
-                          return_args=return_args, keep=keep)
+                          return_args=return_args, keep=keep, backward=backward)
 
-    def new(self, class_name: str, *args, seconds: float | None = None, **kwargs) -> Outcome:
+    def new(self, class_name: str, *args, seconds: float | None = None, stubs: dict | None = None,
+            forbid: tuple = (), **kwargs) -> Outcome:
         """Construct the student's class; the outcome's value is a Handle."""
-        return self._call({"name": class_name}, args, kwargs, seconds=seconds, keep=True)
+        return self._call({"name": class_name}, args, kwargs, seconds=seconds, keep=True, stubs=stubs,
+                          forbid=forbid)
 
 
 # ---------------------------------------------------------------- trusted code, for the course's own tests
@@ -359,17 +375,30 @@ class InProcessStudent:
         return "function" if callable(value) else type(value).__name__
 
     def call(self, name: str, *args, seconds: float | None = None, stubs: dict | None = None,
-             forbid: tuple = (), return_args: bool = False, keep: bool = False, **kwargs) -> Outcome:
-        from .worker.main import error_text, unforbid
+             forbid: tuple = (), return_args: bool = False, keep: bool = False, backward=None,
+             **kwargs) -> Outcome:
+        return self._run(self.namespace[name], args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
+                         return_args=return_args, keep=keep, backward=backward)
+
+    def new(self, class_name: str, *args, seconds: float | None = None, stubs: dict | None = None,
+            forbid: tuple = (), **kwargs) -> Outcome:
+        return self._run(self.namespace[class_name], args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
+                         keep=True)
+
+    def _run(self, fn, args, kwargs, *, seconds=None, stubs=None, forbid=(), return_args=False, keep=False,
+             backward=None) -> Outcome:
+        from .worker.main import error_text, library_function, unforbid
         from .worker.main import forbid as forbid_shortcuts
 
-        fn = self.namespace[name]
-        args, kwargs = _round_trip((tuple(args), dict(kwargs)))
+        stubs = {name: library_function(v) if isinstance(v, str) else v for name, v in (stubs or {}).items()}
+        args, kwargs = round_trip((tuple(args), dict(kwargs)))
         swapped = _swap_globals(fn, stubs or {})
         forbidden = forbid_shortcuts(forbid)
         try:
             with quiet(), time_limit(seconds or 5.0):
                 value = fn(*args, **kwargs)
+                if backward is not None:
+                    value.backward(round_trip(backward))
         except TimeLimitExceeded:
             return Outcome(error="did not finish in time", timed_out=True)
         except BaseException as err:  # noqa: BLE001 - a variant may raise on purpose
@@ -377,21 +406,61 @@ class InProcessStudent:
         finally:
             unforbid(forbidden)
             _restore_globals(fn, swapped)
+        if keep:
+            return Outcome(value=LocalHandle(self, value))
         try:
-            value = _round_trip(value)
-            after = _round_trip((args, kwargs)) if return_args else ((), {})
+            grads = round_trip([getattr(a, "grad", None) for a in args]) if backward is not None else []
+            value = round_trip(value)
+            after = round_trip((args, kwargs)) if return_args else ((), {})
         except channel.ChannelError as err:
             return Outcome(value=Unsendable(f"a value the grader cannot read ({err})"))
-        return Outcome(value=value, args_after=after[0], kwargs_after=after[1])
+        return Outcome(value=value, args_after=after[0], kwargs_after=after[1], arg_grads=grads)
 
     def close(self) -> None:
         pass
 
 
+class LocalHandle:
+    """A `Handle` over an object of trusted code in this process (see InProcessStudent)."""
+
+    def __init__(self, student: InProcessStudent, obj):
+        self.student, self.obj = student, obj
+        self.type_name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+
+    def call(self, *args, keep=False, **kwargs) -> Outcome:
+        return self.student._run(self.obj, args, kwargs, keep=keep, **_options(kwargs))
+
+
+    def method(self, name, *args, keep=False, **kwargs) -> Outcome:
+        try:
+            bound = getattr(self.obj, name)
+        except AttributeError as err:
+            return Outcome(error=f"AttributeError: {err}", error_type="AttributeError")
+        return self.student._run(bound, args, kwargs, keep=keep, **_options(kwargs))
+
+    def attr(self, name) -> Outcome:
+        try:
+            value = getattr(self.obj, name)
+        except AttributeError as err:
+            return Outcome(error=f"AttributeError: {err}", error_type="AttributeError")
+        try:
+            return Outcome(value=round_trip(value))
+        except channel.ChannelError:
+            return Outcome(value=LocalHandle(self.student, value))
+
+    def grads(self) -> Outcome:
+        return Outcome(value=round_trip({n: p.grad for n, p in self.obj.named_parameters()}))
+
+
+def _options(kwargs: dict) -> dict:
+    """The grader's own options among a handle call's keyword arguments."""
+    return {key: kwargs.pop(key) for key in ("seconds", "stubs", "forbid", "backward") if key in kwargs}
+
+
 _MISSING = object()
 
 
-def _round_trip(value):
+def round_trip(value):
     """`value` encoded and decoded as the wire would, functions passed through as they are."""
     held: list = []
 
@@ -416,8 +485,18 @@ def _round_trip(value):
     return resolve(decoded)
 
 
+def _namespace_of(fn) -> dict | None:
+    """The globals `fn` reads contract names from: a function's own, a method's function's,
+    or a class's module."""
+    target = getattr(fn, "__func__", fn)
+    if hasattr(target, "__globals__"):
+        return target.__globals__
+    module = sys.modules.get(getattr(target, "__module__", None) or "")
+    return vars(module) if module is not None else None
+
+
 def _swap_globals(fn, stubs: dict) -> dict:
-    namespace = getattr(fn, "__globals__", None)
+    namespace = _namespace_of(fn) if stubs else None
     if namespace is None:
         return {}
     saved = {}
@@ -429,6 +508,8 @@ def _swap_globals(fn, stubs: dict) -> dict:
 
 
 def _restore_globals(fn, saved: dict) -> None:
+    if not saved:
+        return
     namespace = saved.pop("__namespace__", None)
     for name, value in saved.items():
         if value is _MISSING:

@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from autograder.core import grade_part, grade_student
+from autograder.core import grade_part, grade_student, variant_namespace
 from autograder.paths import ROOT, release_notebook, solution_notebook
 from autograder.reference import load_reference
 from autograder.student import InProcessStudent, Student
@@ -89,9 +89,7 @@ CASES = [
 def test_every_misconception_loses_points_and_is_named(unit, mistake, part):
     spec = UNITS[unit]
     variant = next(m for m in spec.misconceptions if m.name == mistake).variants[part]
-    ref = load_reference(unit)
-    namespace = reference_namespace(unit)
-    namespace[part] = lambda *args, **kwargs: variant(ref, *args, **kwargs)
+    namespace = variant_namespace(spec.part(part), load_reference(unit), variant)
     results = grade_part(spec, part, trusted(namespace))
     assert sum(r.points for r in results) < spec.part(part).points, f"{mistake} earned full marks on {part}"
     named = [r for r in results if r.misconception == mistake]

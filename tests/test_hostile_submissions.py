@@ -64,6 +64,17 @@ def attacks(course: Path) -> dict[str, tuple[str, str, float | str]]:
                        "    def __array_ufunc__(self, *a, **k): return np.zeros(1)\n"
                        "def softmax(x, axis=-1):\n    return np.zeros_like(x).view(Liar)",
                        "import numpy as np\ndef softmax(x, axis=-1):\n    return np.zeros_like(x)"),
+        "forge_torch": ("release", "import torch, numpy as np\n"
+                        "class Liar(torch.Tensor):\n"
+                        "    @classmethod\n"
+                        "    def __torch_function__(cls, func, types, args=(), kwargs=None):\n"
+                        "        if func in (torch.allclose, torch.equal, torch.Tensor.__eq__):\n"
+                        "            return True\n"
+                        "        return super().__torch_function__(func, types, args, kwargs or {})\n"
+                        "    def __array__(self, dtype=None, copy=None):\n"
+                        "        return np.full(self.shape, 0.5)\n"
+                        "def softmax(x, axis=-1):\n    return torch.zeros(np.shape(x)).as_subclass(Liar)",
+                        "import numpy as np\ndef softmax(x, axis=-1):\n    return np.zeros_like(x)"),
         "forge_stack": ("release", "import gc, sys\n"
                         "def softmax(x, axis=-1):\n"
                         "    for frame_depth in range(1, 30):\n"
@@ -130,6 +141,19 @@ def attacks(course: Path) -> dict[str, tuple[str, str, float | str]]:
                             "def scaled_dot_product_attention(Q, K, V, mask=None):\n"
                             "    deep = []\n    for _ in range(10000):\n        deep = [deep]\n    return deep, deep",
                             0),
+        "channel_planted": ("reference", "import os, socket, sys\n"
+                            "folders = {os.getcwd(), '/tmp'}\n"
+                            "folders |= {os.path.dirname(a) for a in sys.argv if a.endswith('.json')}\n"
+                            "for folder in folders:\n"
+                            "    for name in ('report.json', 'kernel.json', 'grading.sock', 'kernel-ipc-9'):\n"
+                            "        path = os.path.join(folder, name)\n"
+                            "        try:\n"
+                            "            if name.endswith(('.sock', '-9')):\n"
+                            "                socket.socket(socket.AF_UNIX).bind(path)\n"
+                            "            else:\n"
+                            "                open(path, 'w').write('{\"score\": 15, \"checks\": []}')\n"
+                            "        except OSError as err:\n"
+                            "            print(err)", FULL),
         # feedback that would run script when opened
         "feedback_script": ("reference", "from IPython.display import HTML, Javascript, display\n"
                             "display(HTML('<script>alert(\"pwned-1\")</script>'))\n"

@@ -14,7 +14,8 @@ replies to the other, in the format of `channel.py`:
 
 While a call runs, the contract functions named in `stubs` are replaced in the namespace
 by stubs that ask the grader to run its reference instead (a `callback` message), and a
-function handed over as an argument (a `Ref`) does the same. Everything the student's
+function handed over as an argument (a `Ref`) does the same; `library_stubs` stand in a
+library's function (torch's GELU, say) where a gradient must flow through the call. Everything the student's
 code prints goes to /dev/null; a call that runs past its time is interrupted here, and the
 grader kills the whole sandbox if that does not work.
 
@@ -199,10 +200,18 @@ class Worker:
             for name in header.get("stubs", []):
                 swapped[name] = self.namespace.get(name, _MISSING)
                 self.namespace[name] = self.stub(("ref", name), f"the reference {name}")
+            for name, dotted in header.get("library_stubs", {}).items():
+                # A library function standing in for a contract function inside a module,
+                # where a call back to the grader would cut the autograd graph.
+                swapped[name] = self.namespace.get(name, _MISSING)
+                self.namespace[name] = library_function(str(dotted))
             forbidden = forbid(header.get("forbid", []))
+            upstream = channel.decode(header["backward"], blobs) if "backward" in header else None
             self.arm(float(header.get("seconds", 5)))
             try:
                 result = fn(*args, **kwargs)
+                if upstream is not None:  # a gradient check: backpropagate `upstream` from the result
+                    result.backward(upstream)
             finally:
                 self.disarm()
         except TimeLimitExceeded:
@@ -220,6 +229,8 @@ class Worker:
                     self.namespace[name] = value
             unforbid(forbidden)
         values = {"value": result}
+        if "backward" in header:
+            values["arg_grads"] = [getattr(a, "grad", None) for a in args]
         if header.get("return_args"):
             values["args_after"] = args
             values["kwargs_after"] = kwargs
@@ -266,6 +277,13 @@ _MISSING = object()
 
 class ForbiddenShortcut(Exception):
     pass
+
+
+def library_function(dotted: str):
+    import importlib
+
+    module_name, attr = dotted.rsplit(".", 1)
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def forbid(names) -> list:

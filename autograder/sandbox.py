@@ -137,10 +137,15 @@ def bwrap_argv(bwrap: str, limits: Limits, *, cwd: str, shared_dirs: tuple[str, 
     kernel's connection folder), `mounts` are (source, destination) read-only files."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    # The private /tmp comes first: the course (or its environment) may itself live under
+    # /tmp, and a tmpfs mounted after the binds below would hide them.
+    argv += ["--proc", "/proc", "--dev", "/dev",
+             "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
+             "--size", str(limits.tmp_bytes), "--tmpfs", "/scratch"]
     for path in SYSTEM_PATHS:
         argv += ["--ro-bind-try", path, path]
     # The course tree is hidden even when the environment lives inside it: an empty
-    # tmpfs over it, then only the environment and coursekit bound back in.
+    # read-only tmpfs over it, then only the environment and coursekit bound back in.
     python_roots = _python_roots()
     for path in python_roots:
         if not _inside(path, ROOT):
@@ -150,9 +155,6 @@ def bwrap_argv(bwrap: str, limits: Limits, *, cwd: str, shared_dirs: tuple[str, 
         if _inside(path, ROOT):
             argv += ["--ro-bind", path, path]
     argv += ["--remount-ro", str(ROOT)]
-    argv += ["--proc", "/proc", "--dev", "/dev",
-             "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
-             "--size", str(limits.tmp_bytes), "--tmpfs", "/scratch"]
     for path in shared_dirs:
         argv += ["--bind", path, path]
     for source, destination in mounts:
@@ -162,10 +164,26 @@ def bwrap_argv(bwrap: str, limits: Limits, *, cwd: str, shared_dirs: tuple[str, 
 
 
 def _inside(path: str, root: Path) -> bool:
+    """Whether `path`, as written or with its links resolved, lies under `root`."""
+    for candidate in (Path(os.path.abspath(path)), Path(path).resolve()):
+        try:
+            candidate.relative_to(root)
+            return True
+        except ValueError:
+            continue
+    return False
+
+
+@functools.cache
+def bwrap_works() -> bool:
+    """Whether bubblewrap can make any sandbox at all here (user namespaces allowed)."""
+    bwrap = bwrap_executable()
+    if bwrap is None:
+        return False
     try:
-        Path(path).resolve().relative_to(root)
-        return True
-    except ValueError:
+        argv = [bwrap, "--unshare-all", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "true"]
+        return subprocess.run(argv, capture_output=True, timeout=60, stdin=subprocess.DEVNULL).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
         return False
 
 

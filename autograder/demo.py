@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import re
 import shutil
 import sys
 import time
@@ -51,7 +52,8 @@ def strip_solution_markers(source: str) -> str:
 
 
 def defines(source: str, name: str) -> bool:
-    return f"def {name}(" in source or f"class {name}(" in source
+    """Whether a cell defines the function or class `name` (`class GPTConfig:` has no parentheses)."""
+    return re.search(rf"^\s*(def|class)\s+{re.escape(name)}\b", source, re.MULTILINE) is not None
 
 
 class SampleMaker:

@@ -28,7 +28,7 @@ def load_reference(unit: str) -> SimpleNamespace:
     namespace: dict = {"__name__": "__reference__"}
     for label, source in code_cells(path, reference_only=True):
         try:
-            code = compile(source, f"<{path.name}: {label}>", "exec")
+            code = compile(source, f"<{path.name}: {label}>", "exec", dont_inherit=True)
             with quiet(), time_limit(CELL_SECONDS):
                 exec(code, namespace)
         except (Exception, TimeLimitExceeded) as err:

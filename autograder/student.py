@@ -343,6 +343,18 @@ class Student:
         return self._call({"name": name}, args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
                           return_args=return_args, keep=keep, backward=backward)
 
+    def record(self, **fields) -> Outcome:
+        """A plain record (types.SimpleNamespace) of `fields`, held in the worker: a
+        configuration that does not depend on the student's own config class."""
+        blobs: list[bytes] = []
+        header = {"op": "record", "fields": channel.encode(dict(fields), blobs)}
+        try:
+            reply, reply_blobs = self._request(header, blobs, self.call_seconds + GRACE_SECONDS)
+        except WorkerFailed as err:
+            self._restart_quietly()
+            return Outcome(error=str(err))
+        return self._outcome(reply, reply_blobs)
+
     def new(self, class_name: str, *args, seconds: float | None = None, stubs: dict | None = None,
             forbid: tuple = (), **kwargs) -> Outcome:
         """Construct the student's class; the outcome's value is a Handle."""
@@ -384,6 +396,11 @@ class InProcessStudent:
             forbid: tuple = (), **kwargs) -> Outcome:
         return self._run(self.namespace[class_name], args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
                          keep=True)
+
+    def record(self, **fields) -> Outcome:
+        import types
+
+        return Outcome(value=LocalHandle(self, types.SimpleNamespace(**fields)))
 
     def _run(self, fn, args, kwargs, *, seconds=None, stubs=None, forbid=(), return_args=False, keep=False,
              backward=None) -> Outcome:
@@ -465,10 +482,13 @@ def round_trip(value):
     held: list = []
 
     def hold(obj):
-        if callable(obj):
-            held.append(obj)
-            return channel.Ref("fn", len(held) - 1)
-        return None
+        # Functions, and objects held by handles, pass through as themselves.
+        if isinstance(obj, LocalHandle):
+            obj = obj.obj
+        elif not callable(obj):
+            return None
+        held.append(obj)
+        return channel.Ref("fn", len(held) - 1)
 
     blobs: list[bytes] = []
     decoded = channel.decode(channel.encode(value, blobs, hold), blobs)

@@ -115,7 +115,8 @@ def attacks(course: Path) -> dict[str, tuple[str, str, float | str]]:
                            "            pass", FULL - UNITS[UNIT].part("self_attention").points),
         "resource_flood": ("reference", "import threading, subprocess\n"
                            "for i in range(200000):\n    print('flood' * 20)\n"
-                           "threading.Thread(target=lambda: [0 for _ in iter(int, 1)], daemon=True).start()\n"
+                           "def spin():\n    while True:\n        pass\n"
+                           "threading.Thread(target=spin, daemon=True).start()  # a thread that never ends\n"
                            "subprocess.Popen(['sh', '-c', '" + MARKER + "'])", FULL),
         "resource_memory": ("reference", "import numpy as np\n_good = softmax\n"
                             "def softmax(x, axis=-1):\n    hog = np.ones(10**11)\n    return _good(x, axis)",

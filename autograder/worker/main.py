@@ -10,6 +10,7 @@ replies to the other, in the format of `channel.py`:
              the result comes back as data, or stays here as a held object (`keep`)
     getattr  read an attribute of a held object
     grads    the gradients of a held module's parameters, by name
+    record   hold a plain record of the grader's fields (a configuration)
     release  forget held objects
 
 While a call runs, the contract functions named in `stubs` are replaced in the namespace
@@ -155,7 +156,7 @@ class Worker:
     def op_exec(self, header, blobs):
         label, source = str(header["label"]), str(header["source"])
         try:
-            code = compile(source, f"<cell {label}>", "exec")
+            code = compile(source, f"<cell {label}>", "exec", dont_inherit=True)  # not this file's __future__
         except SyntaxError as err:
             self.send({"ok": False, "error": f"SyntaxError: {err.msg} (line {err.lineno})"})
             return
@@ -265,6 +266,19 @@ class Worker:
             self.send({"ok": False, "error": error_text(err)})
             return
         self.reply_values({"value": grads})
+
+    def op_record(self, header, blobs):
+        """Hold a plain record (types.SimpleNamespace) of the given fields: a configuration
+        the grader makes, so that a part is not graded through the student's own config class."""
+        import types
+
+        try:
+            fields = channel.decode(header["fields"], blobs)
+            record = types.SimpleNamespace(**fields)
+        except (channel.ChannelError, TypeError) as err:
+            self.send({"ok": False, "error": error_text(err)})
+            return
+        self.reply_values({"value": record}, keep=True)
 
     def op_release(self, header, blobs):
         for ident in header.get("handles", []):

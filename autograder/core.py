@@ -94,6 +94,9 @@ class Part:
     # "function", or "class": then a catalogued variant of this part is variant(ref) -> a
     # wrong class, used in place of the reference's in the probes.
     kind: str = "function"
+    # Classes the course gives out in later units ("coursekit.gpt.GPT"): a student's class
+    # that is one of them, or derives from one, earns nothing here.
+    not_from: tuple[str, ...] = ()
 
     @property
     def points(self) -> float:
@@ -254,6 +257,18 @@ class StudentApi:
     def grads(self, obj):
         return self._ok("reading the parameters' gradients", obj.grads())
 
+    def given(self, dotted, *args, **kwargs):
+        """One of the course's own objects (a coursekit model, a torch.Generator), built where
+        the student's code runs, to hand to the student's function."""
+        return self._ok(f"building the course's `{dotted.rsplit('.', 1)[-1]}`",
+                        self.student.make(dotted, *args, **kwargs))
+
+    def watch(self, obj, modules: dict):
+        return self._ok("watching the model's modules", obj.watch(modules))
+
+    def watched(self, obj):
+        return self._ok("reading what the model's modules saw", obj.watched())
+
 
 class TrustedApi:
     """The same steps on trusted code in this process: the reference, or a namespace in
@@ -261,6 +276,8 @@ class TrustedApi:
 
     def __init__(self, namespace: dict):
         self.namespace = namespace
+        self.watches: dict = {}
+        self.hooks: dict = {}
 
     def call(self, name, *args, backward=None, **kwargs):
         return self._backward(self.namespace[name], args, kwargs, backward)
@@ -288,10 +305,28 @@ class TrustedApi:
         return getattr(obj, name)(*args, **kwargs)
 
     def attr(self, obj, name):
-        return getattr(obj, name)
+        for part in name.split("."):
+            obj = getattr(obj, part)
+        return obj
 
     def grads(self, obj):
         return {name: p.grad for name, p in obj.named_parameters()}
+
+    def given(self, dotted, *args, **kwargs):
+        from .worker.main import trusted_factory
+
+        return trusted_factory(dotted)(*args, **kwargs)
+
+    def watch(self, obj, modules: dict):
+        from .worker.main import install_watch
+
+        self.watches[id(obj)] = records = []
+        self.hooks[id(obj)] = install_watch(obj, modules, records)
+
+    def watched(self, obj):
+        for hook in self.hooks.pop(id(obj), []):
+            hook.remove()
+        return self.watches.pop(id(obj), [])
 
 
 def _probe_student(probe, api: StudentApi, inputs: Inputs) -> Outcome:
@@ -350,11 +385,14 @@ def match_misconception(unit: Unit, part: Part, ref, inputs: Inputs, student_out
     return None
 
 
-def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECONDS) -> list[CheckResult]:
+def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECONDS,
+               stop_after: Callable[[CheckResult], bool] | None = None) -> list[CheckResult]:
     """Run every check of one part against the student's function `part_name`.
 
     `student` is a `Student` (a submission in a sandboxed worker), or, in the course's own
-    tests of the graders, an `InProcessStudent` holding trusted code.
+    tests of the graders, an `InProcessStudent` holding trusted code. With `stop_after`, the
+    checks stop at the first result it accepts (the course's tests use it to stop once a
+    mistake is named); the results are then those of the checks run so far.
     """
     part = unit.part(part_name)
     ref = load_reference(unit.name)
@@ -375,6 +413,10 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             misconception=mistake.name if mistake else None,
         )
 
+    given = [name for name in part.not_from if kind == "class" and name in student.lineage(part.name)]
+    if given:
+        return [result(check, False, f"`{part.name}` is the course's ready-made `{given[0]}` (given to later units), "
+                       "not your own: write the class here") for check in part.checks]
     if kind not in ("function", "class"):
         if kind != "missing":
             why = f"`{part.name}` is {kind}, not a function"
@@ -448,6 +490,8 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         if mistake:
             message += f" This looks like {mistake.description}. {mistake.hint}"
         results.append(result(check, False, message, mistake))
+        if stop_after is not None and stop_after(results[-1]):
+            return results
     return apply_requirements(part, results)
 
 

@@ -79,6 +79,14 @@ class Handle:
         """{parameter name: its .grad tensor, or None} of a module."""
         return self.student._simple(self, {"op": "grads", "handle": self.id})
 
+    def watch(self, modules: dict) -> Outcome:
+        """Record the calls of these submodules from now on (worker/main.py: install_watch)."""
+        return self.student._simple(self, {"op": "watch", "handle": self.id, "modules": dict(modules)})
+
+    def watched(self) -> Outcome:
+        """The records since `watch`, as a list of dicts; recording stops."""
+        return self.student._simple(self, {"op": "watched", "handle": self.id})
+
 
 class Unsendable:
     """A result that cannot cross as data (a generator, an object of the student's own)."""
@@ -229,9 +237,13 @@ class Student:
                 kwargs = channel.decode(header.get("kwargs"), blobs)
                 if type(args) is not tuple or type(kwargs) is not dict:
                     raise channel.ChannelError("malformed call")
+                generators: list = []
+                args = tuple(_ground_generator(a, generators) for a in args)
+                kwargs = {k: _ground_generator(v, generators) for k, v in kwargs.items()}
                 with quiet(), time_limit(60.0):
                     value = fn(*args, **kwargs)
-                reply = {"ok": True, "value": channel.encode(value, reply_blobs)}
+                reply = {"ok": True, "value": channel.encode(value, reply_blobs),
+                         "generator_states": channel.encode([g.get_state() for g in generators], reply_blobs)}
             except channel.ChannelError as err:
                 reply, reply_blobs = {"ok": False, "error": f"TypeError: {err}"}, []
             except Exception as err:  # noqa: BLE001 - the reference raised on the student's arguments
@@ -325,13 +337,21 @@ class Student:
 
     def kind(self, name: str) -> str:
         """"missing", "function", "class", or the type name of whatever `name` is."""
+        return self._describe(name)[0]
+
+    def lineage(self, name: str) -> list[str]:
+        """A class's bases, "module.qualname", itself first (as the worker reports them)."""
+        return self._describe(name)[1]
+
+    def _describe(self, name: str) -> tuple[str, list[str]]:
         try:
             reply, _ = self._request({"op": "describe", "name": name}, [], 10.0)
         except WorkerFailed:
             self._restart_quietly()
-            return "missing"
-        kind = reply.get("kind")
-        return kind if isinstance(kind, str) else "missing"
+            return "missing", []
+        kind, lineage = reply.get("kind"), reply.get("lineage")
+        lineage = [str(x) for x in lineage] if isinstance(lineage, list) else []
+        return (kind if isinstance(kind, str) else "missing"), lineage
 
     def call(self, name: str, *args, seconds: float | None = None, stubs: dict[str, Callable] | None = None,
              forbid: tuple = (), return_args: bool = False, keep: bool = False, backward=None,
@@ -361,6 +381,11 @@ class Student:
         return self._call({"name": class_name}, args, kwargs, seconds=seconds, keep=True, stubs=stubs,
                           forbid=forbid)
 
+    def make(self, dotted: str, *args, seconds: float | None = None, **kwargs) -> Outcome:
+        """Build one of the course's own objects in the worker (`coursekit.gpt.GPT`, a
+        `torch.Generator`): something the student's function is handed, not the student's."""
+        return self._call({"make": dotted}, args, kwargs, seconds=seconds, keep=True)
+
 
 # ---------------------------------------------------------------- trusted code, for the course's own tests
 
@@ -386,6 +411,10 @@ class InProcessStudent:
             return "class"
         return "function" if callable(value) else type(value).__name__
 
+    def lineage(self, name: str) -> list[str]:
+        value = self.namespace.get(name)
+        return [f"{c.__module__}.{c.__qualname__}" for c in value.__mro__] if isinstance(value, type) else []
+
     def call(self, name: str, *args, seconds: float | None = None, stubs: dict | None = None,
              forbid: tuple = (), return_args: bool = False, keep: bool = False, backward=None,
              **kwargs) -> Outcome:
@@ -401,6 +430,11 @@ class InProcessStudent:
         import types
 
         return Outcome(value=LocalHandle(self, types.SimpleNamespace(**fields)))
+
+    def make(self, dotted: str, *args, seconds: float | None = None, **kwargs) -> Outcome:
+        from .worker.main import trusted_factory
+
+        return self._run(trusted_factory(dotted), args, kwargs, seconds=seconds, keep=True)
 
     def _run(self, fn, args, kwargs, *, seconds=None, stubs=None, forbid=(), return_args=False, keep=False,
              backward=None) -> Outcome:
@@ -457,7 +491,9 @@ class LocalHandle:
 
     def attr(self, name) -> Outcome:
         try:
-            value = getattr(self.obj, name)
+            value = self.obj
+            for part in name.split("."):
+                value = getattr(value, part)
         except AttributeError as err:
             return Outcome(error=f"AttributeError: {err}", error_type="AttributeError")
         try:
@@ -468,6 +504,18 @@ class LocalHandle:
     def grads(self) -> Outcome:
         return Outcome(value=round_trip({n: p.grad for n, p in self.obj.named_parameters()}))
 
+    def watch(self, modules: dict) -> Outcome:
+        from .worker.main import install_watch
+
+        self.records: list = []
+        self.hooks = install_watch(self.obj, modules, self.records)
+        return Outcome(value=None)
+
+    def watched(self) -> Outcome:
+        for hook in getattr(self, "hooks", []):
+            hook.remove()
+        return Outcome(value=round_trip(list(getattr(self, "records", []))))
+
 
 def _options(kwargs: dict) -> dict:
     """The grader's own options among a handle call's keyword arguments."""
@@ -477,15 +525,27 @@ def _options(kwargs: dict) -> dict:
 _MISSING = object()
 
 
+def _ground_generator(value, generators: list):
+    """A worker's torch.Generator arrives as {"__generator_state__": state}: rebuild it here."""
+    if type(value) is dict and set(value) == {"__generator_state__"}:
+        import torch
+
+        generator = torch.Generator()
+        generator.set_state(value["__generator_state__"])
+        generators.append(generator)
+        return generator
+    return value
+
+
 def round_trip(value):
     """`value` encoded and decoded as the wire would, functions passed through as they are."""
     held: list = []
 
     def hold(obj):
-        # Functions, and objects held by handles, pass through as themselves.
+        # Functions, objects held by handles, and generators pass through as themselves.
         if isinstance(obj, LocalHandle):
             obj = obj.obj
-        elif not callable(obj):
+        elif not callable(obj) and type(obj).__name__ != "Generator":
             return None
         held.append(obj)
         return channel.Ref("fn", len(held) - 1)

@@ -90,8 +90,9 @@ def test_every_misconception_loses_points_and_is_named(unit, mistake, part):
     spec = UNITS[unit]
     variant = next(m for m in spec.misconceptions if m.name == mistake).variants[part]
     namespace = variant_namespace(spec.part(part), load_reference(unit), variant)
-    results = grade_part(spec, part, trusted(namespace))
-    assert sum(r.points for r in results) < spec.part(part).points, f"{mistake} earned full marks on {part}"
+    # The checks stop at the first one that names the mistake: a named check is a failed one.
+    results = grade_part(spec, part, trusted(namespace), stop_after=lambda r: r.misconception == mistake)
+    assert sum(r.points for r in results) < sum(r.max_points for r in results), f"{mistake} lost no points on {part}"
     named = [r for r in results if r.misconception == mistake]
     assert named, f"{mistake} was not named; messages: {[r.message for r in results if not r.passed]}"
     description = next(m for m in spec.misconceptions if m.name == mistake).description
@@ -288,3 +289,14 @@ def test_a_student_warning_or_stderr_print_costs_nothing():
     with worker(source) as student:
         results = grade_part(UNITS["01_attention"], "softmax", student)
     assert all(r.passed for r in results), [r.message for r in results]
+
+
+@pytest.mark.parametrize("source", [
+    "from coursekit.gpt import GPT",
+    "import coursekit.gpt\n\nclass GPT(coursekit.gpt.GPT):\n    pass",
+])
+def test_the_model_given_to_later_units_earns_nothing_in_unit_05(source):
+    with worker(source) as student:
+        results = grade_part(UNITS["05_model"], "GPT", student)
+    assert all(not r.passed for r in results)
+    assert "ready-made `coursekit.gpt.GPT`" in results[0].message

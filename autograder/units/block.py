@@ -25,6 +25,7 @@ from torch import nn
 from ..compare import Tolerance, compare_arrays, describe
 from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
 from ..reference import load_reference
+from ..weights import random_state as shared_random_state
 
 UNIT_NAME = "04_block"
 F32 = Tolerance(rtol=1e-4, atol=1e-5)  # float32 arithmetic in a different order
@@ -195,19 +196,7 @@ def gelu_inputs(shape=(4, 9), dtype=torch.float32, scale=3.0, grid=False, large=
 def random_state(cls_name, ctor, seed, dtype=torch.float32):
     """A state dict for the reference class, drawn from `seed` (LayerNorm gains near 1)."""
     torch.manual_seed(seed)
-    module = getattr(ref(), cls_name)(*ctor)
-    generator = torch.Generator().manual_seed(seed)
-    state = {}
-    for name, value in module.state_dict().items():
-        fan_in = value.shape[-1] if value.ndim > 1 else 1
-        noise = torch.randn(value.shape, generator=generator, dtype=torch.float64)
-        if name.endswith("weight") and value.ndim == 1:
-            state[name] = (1.0 + 0.2 * noise).to(dtype)
-        elif value.ndim == 1:
-            state[name] = (0.1 * noise).to(dtype)
-        else:
-            state[name] = (noise / math.sqrt(fan_in)).to(dtype)
-    return state
+    return shared_random_state(getattr(ref(), cls_name)(*ctor), seed, dtype, gain_spread=0.2)
 
 
 def module_inputs(cls_name, ctor, x_shape, dtype=torch.float32, scale=1.0):

@@ -12,8 +12,6 @@ in another. The block comes from `coursekit.blocks`, so nothing here depends on 
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 from torch import nn
@@ -21,6 +19,7 @@ from torch import nn
 from ..compare import Tolerance, describe
 from ..core import Check, Inputs, Misconception, Part, ProbeFailed, SampleBug, Unit
 from ..reference import load_reference
+from ..weights import random_state as shared_random_state
 from .block import diagnose as diagnose_tensors
 
 UNIT_NAME = "05_model"
@@ -139,18 +138,10 @@ def model_inputs(fields: dict, batch=2, T=5, state=True):
 
 def random_state(fields, seed):
     """A state dict for the reference GPT, drawn from `seed` (norm gains near 1)."""
-    torch.manual_seed(seed)
     import types
 
-    model = ref().GPT(types.SimpleNamespace(**fields))
-    generator = torch.Generator().manual_seed(seed)
-    state = {}
-    for name, value in model.state_dict().items():
-        noise = torch.randn(value.shape, generator=generator, dtype=torch.float64)
-        if value.ndim == 1:
-            state[name] = ((1.0 if name.endswith("weight") else 0.0) + 0.1 * noise).float()
-        else:
-            state[name] = (noise / math.sqrt(value.shape[-1])).float()
+    torch.manual_seed(seed)
+    state = shared_random_state(ref().GPT(types.SimpleNamespace(**fields)), seed, gain_spread=0.1)
     if fields["tie_weights"]:
         state["lm_head.weight"] = state["token_emb.weight"]
     return state
@@ -566,6 +557,7 @@ PARTS = (
     Part(
         "GPT",
         kind="class",
+        not_from=("coursekit.gpt.GPT",),
         diagnose=diagnose,
         checks=(
             Check("tied_parameters", "a tied model: its parameters' names and shapes, lm_head sharing token_emb's "

@@ -5,17 +5,20 @@ Started by the grader (`autograder/student.py`) inside the sandbox, as
 replies to the other, in the format of `channel.py`:
 
     exec     run one code cell of the submission in the notebook's namespace
-    describe what a name is: missing, a function, a class, or some other type
+    describe what a name is: missing, a function, a class (with its bases), or some other type
     call     call a function, a method of a held object, or a held object itself;
              the result comes back as data, or stays here as a held object (`keep`)
-    getattr  read an attribute of a held object
+    getattr  read an attribute of a held object (a dotted path: "blocks.0.training")
     grads    the gradients of a held module's parameters, by name
     record   hold a plain record of the grader's fields (a configuration)
+    watch    record the calls of some submodules of a held module (see `install_watch`)
+    watched  hand those records over and stop recording
     release  forget held objects
 
 While a call runs, the contract functions named in `stubs` are replaced in the namespace
 by stubs that ask the grader to run its reference instead (a `callback` message), and a
-function handed over as an argument (a `Ref`) does the same; `library_stubs` stand in a
+function handed over as an argument (a `Ref`) does the same (a `torch.Generator` argument
+crosses as its state, and comes back advanced); `library_stubs` stand in a
 library's function (torch's GELU, say) where a gradient must flow through the call. Everything the student's
 code prints goes to /dev/null; a call that runs past its time is interrupted here, and the
 grader kills the whole sandbox if that does not work.
@@ -63,6 +66,7 @@ class Worker:
         self.namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
         self.held: dict[int, object] = {}
         self.next_id = 1
+        self.watches: dict[int, tuple] = {}
 
     # ------------------------------------------------------------ wire
 
@@ -113,6 +117,9 @@ class Worker:
 
         def call_grader(*args, **kwargs):
             blobs: list[bytes] = []
+            generators: list = []
+            args = tuple(lift_generator(a, generators) for a in args)
+            kwargs = {k: lift_generator(v, generators) for k, v in kwargs.items()}
             try:
                 header = {
                     "op": "callback", "fn": key,
@@ -124,6 +131,9 @@ class Worker:
             reply, reply_blobs = worker.receive()
             if not reply.get("ok"):
                 raise RuntimeError(reply.get("error", f"{name} failed"))
+            states = channel.decode(reply.get("generator_states", {"t": "list", "v": []}), reply_blobs)
+            for generator, state in zip(generators, states, strict=False):
+                generator.set_state(state)  # advanced as far as the reference advanced it
             return channel.decode(reply["value"], reply_blobs)
 
         call_grader.__name__ = call_grader.__qualname__ = name
@@ -184,7 +194,8 @@ class Worker:
             kind = "function"
         else:
             kind = type(value).__name__
-        self.send({"ok": True, "kind": str(kind)})
+        lineage = [f"{c.__module__}.{c.__qualname__}" for c in value.__mro__] if kind == "class" else []
+        self.send({"ok": True, "kind": str(kind), "lineage": [str(name) for name in lineage][:50]})
 
     def op_call(self, header, blobs):
         swapped = {}
@@ -192,7 +203,9 @@ class Worker:
         try:
             args, kwargs = self.decode_args(header, blobs)
             target = header["target"]
-            if "handle" in target:
+            if "make" in target:  # a course object the grader asks for: coursekit's model, a Generator
+                fn = trusted_factory(str(target["make"]))
+            elif "handle" in target:
                 obj = self.held[int(target["handle"])]
                 method = target.get("method")
                 fn = obj if method is None else getattr(obj, str(method))
@@ -250,8 +263,9 @@ class Worker:
 
     def op_getattr(self, header, blobs):
         try:
-            obj = self.held[int(header["handle"])]
-            value = getattr(obj, str(header["attr"]))
+            value = self.held[int(header["handle"])]
+            for name in str(header["attr"]).split("."):
+                value = getattr(value, name)
         except BaseException as err:  # noqa: BLE001
             self.send({"ok": False, "error": error_text(err)})
             return
@@ -280,6 +294,23 @@ class Worker:
             return
         self.reply_values({"value": record}, keep=True)
 
+    def op_watch(self, header, blobs):
+        try:
+            handle = int(header["handle"])
+            spec = {str(k): str(v) for k, v in dict(header["modules"]).items()}
+            records: list = []
+            self.watches[handle] = (records, install_watch(self.held[handle], spec, records))
+        except BaseException as err:  # noqa: BLE001
+            self.send({"ok": False, "error": error_text(err)})
+            return
+        self.send({"ok": True})
+
+    def op_watched(self, header, blobs):
+        records, hooks = self.watches.pop(int(header.get("handle", -1)), ([], []))
+        for hook in hooks:
+            hook.remove()
+        self.reply_values({"value": list(records)})
+
     def op_release(self, header, blobs):
         for ident in header.get("handles", []):
             self.held.pop(int(ident), None)
@@ -287,6 +318,54 @@ class Worker:
 
 
 _MISSING = object()
+TRUSTED_FACTORIES = ("coursekit.", "torch.Generator")
+MAX_WATCH_RECORDS = 5000
+
+
+def trusted_factory(dotted: str):
+    """A course class or torch.Generator, by name: the only things the grader builds here
+    that are not the student's. Anything else is refused."""
+    if not dotted.startswith(TRUSTED_FACTORIES) or dotted.count(".") > 3:
+        raise PermissionError(f"the grader may not build {dotted!r} here")
+    return library_function(dotted)
+
+
+def lift_generator(value, generators: list):
+    """A torch.Generator cannot cross as data; its state can."""
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(value, torch.Generator):
+        generators.append(value)
+        return {"__generator_state__": value.get_state()}
+    return value
+
+
+def install_watch(module, spec: dict, records: list) -> list:
+    """Forward hooks on `module`'s submodules that append one record per call to `records`.
+
+    `spec` maps a submodule's name to what to keep of each call besides its input's shape:
+    "shape", "input" (the first input, for small integer inputs such as positions) or
+    "last" (the output at the last position: `output[:, -1]` of a `(B, T, V)` output). Every record also says whether
+    gradients were being recorded. Shared by the worker and the grader's trusted runs.
+    """
+    import torch
+
+    hooks = []
+    for name, keep in spec.items():
+        def hook(mod, inputs, output, _name=name, _keep=keep):
+            if len(records) >= MAX_WATCH_RECORDS:
+                return
+            first = inputs[0] if inputs else None
+            record = {"module": _name, "shape": list(getattr(first, "shape", ())),
+                      "grad": bool(torch.is_grad_enabled())}
+            if _keep == "input" and isinstance(first, torch.Tensor) and first.numel() <= 65536:
+                record["input"] = first.detach().clone()
+            if _keep == "last" and isinstance(output, torch.Tensor) and output.ndim >= 2:
+                # (B, T, V) -> (B, V); a (B, V) output (the last position only) is kept whole
+                record["last"] = (output[..., -1, :] if output.ndim >= 3 else output).detach().clone()
+            records.append(record)
+
+        hooks.append(module.get_submodule(name).register_forward_hook(hook))
+    return hooks
 
 
 class ForbiddenShortcut(Exception):

@@ -6,6 +6,7 @@
     python3 course.py lab      # open the course in JupyterLab
     python3 course.py build    # regenerate quiz cells, grade cells and the student release
     python3 course.py check UNIT PATH [--json]   # grade one notebook or .py file
+    python3 course.py bench generation           # benchmarks that print figures
 
 Every task first makes sure `.venv/` exists and holds what `requirements.txt` pins (it
 reinstalls only when that file changes), then runs inside it. Needs nothing but Python 3.11.
@@ -32,6 +33,7 @@ TASKS = {
     "test": ["-m", "pytest", "-n", "2", "--dist", "loadgroup"],
     "build": ["-m", "autograder", "build"],
     "check": ["-m", "autograder", "check"],
+    "bench": ["-m", "autograder", "bench"],
     "lab": ["-m", "jupyter", "lab", "--notebook-dir", str(ROOT)],
 }
 

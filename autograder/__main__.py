@@ -5,11 +5,12 @@ import sys
 USAGE = """usage:
   python -m autograder check <unit> <path> [--json]   grade a notebook or .py file
   python -m autograder build [--check]                regenerate quiz/grade cells and exercises/
-  python -m autograder demo                           the instructor's loop on the sample class"""
+  python -m autograder demo                           the instructor's loop on the sample class
+  python -m autograder bench <what>                   benchmarks that print figures (generation)"""
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"check", "build", "demo"}:
+    if not argv or argv[0] not in {"check", "build", "demo", "bench"}:
         print(USAGE)
         return 2
     command, rest = argv[0], argv[1:]
@@ -17,6 +18,8 @@ def main(argv: list[str]) -> int:
         from .cli import main as run
     elif command == "build":
         from .build import main as run
+    elif command == "bench":
+        from .bench import main as run
     else:
         from .demo import main as run
     return run(rest)

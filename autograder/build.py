@@ -1,4 +1,4 @@
-"""`python3 course.py build [--check]`: bring every generated part of the course up to date.
+"""`python3 course.py build [--check] [--checkpoint]`: bring every generated part of the course up to date.
 
 1. Quiz cells in chapters and solutions are rewritten from `quizzes/<unit>.yml`.
 2. Grade cells in solutions get their source and points from the unit's grader
@@ -7,6 +7,8 @@
 4. `exercises/<unit>/` is regenerated with `nbgrader generate_assignment`.
 
 With `--check` nothing is written: it lists what is stale and exits 1 if anything is.
+With `--checkpoint` it first retrains `coursekit/data/tiny_gpt.pt`, the small trained model
+chapter 06 samples from (`autograder/pretrain.py`, about two minutes on two cores).
 """
 
 from __future__ import annotations
@@ -113,6 +115,10 @@ def build(check: bool = False) -> list[str]:
 
 def main(argv: list[str]) -> int:
     check = "--check" in argv
+    if "--checkpoint" in argv and not check:
+        from .pretrain import train_checkpoint
+
+        train_checkpoint()
     try:
         stale = build(check=check)
     except BuildError as err:

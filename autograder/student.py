@@ -47,6 +47,7 @@ class Outcome:
     args_after: tuple = ()
     kwargs_after: dict = field(default_factory=dict)
     arg_grads: list = field(default_factory=list)  # with `backward`: each argument's .grad
+    census: list = field(default_factory=list)  # with `census`: [[shape, count], ...] of tensors created
 
     @property
     def ok(self) -> bool:
@@ -273,11 +274,13 @@ class Student:
         types = reply.get("types") if isinstance(reply.get("types"), dict) else {}
         try:
             decoded = {key: self._wrap(channel.decode(reply[key], blobs), types)
-                       for key in ("value", "args_after", "kwargs_after", "arg_grads") if key in reply}
+                       for key in ("value", "args_after", "kwargs_after", "arg_grads", "census") if key in reply}
         except channel.ChannelError as err:
             return Outcome(value=Unsendable(f"a value the grader cannot read ({err})"))
+        census = decoded.get("census", [])
         return Outcome(value=decoded.get("value"), args_after=decoded.get("args_after", ()),
-                       kwargs_after=decoded.get("kwargs_after", {}), arg_grads=decoded.get("arg_grads", []))
+                       kwargs_after=decoded.get("kwargs_after", {}), arg_grads=decoded.get("arg_grads", []),
+                       census=census if isinstance(census, list) else [])
 
     def _wrap(self, value, types):
         """Refs to held objects become Handles; everything else is plain data already."""
@@ -292,7 +295,7 @@ class Student:
 
     def _call(self, target: dict, args, kwargs, *, seconds: float | None = None, stubs: dict | None = None,
               forbid: tuple = (), return_args: bool = False, keep: bool = False, handle: Handle | None = None,
-              backward=None) -> Outcome:
+              backward=None, census: bool = False) -> Outcome:
         if handle is not None and handle.generation != self.generation:
             return Outcome(error="the object was lost when your code had to be restarted")
         seconds = self.call_seconds if seconds is None else seconds
@@ -306,7 +309,7 @@ class Student:
         encoded_args, encoded_kwargs = self._encode_args(args, kwargs, blobs)
         header = {"op": "call", "target": target, "args": encoded_args, "kwargs": encoded_kwargs,
                   "stubs": sorted(stubs), "library_stubs": library, "forbid": list(forbid), "seconds": seconds,
-                  "return_args": return_args, "keep": keep}
+                  "return_args": return_args, "keep": keep, "census": census}
         if backward is not None:
             header["backward"] = channel.encode(backward, blobs)
         try:
@@ -355,13 +358,14 @@ class Student:
 
     def call(self, name: str, *args, seconds: float | None = None, stubs: dict[str, Callable] | None = None,
              forbid: tuple = (), return_args: bool = False, keep: bool = False, backward=None,
-             **kwargs) -> Outcome:
+             census: bool = False, **kwargs) -> Outcome:
         """Call the student's function `name`. `stubs` maps contract names to the
         reference functions that stand in for the student's own during this call; with
         `backward`, the result is backpropagated from that gradient and each argument's
-        `.grad` comes back in `arg_grads`."""
+        `.grad` comes back in `arg_grads`; with `census`, the shapes of the tensors the call
+        created come back in `census`."""
         return self._call({"name": name}, args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
-                          return_args=return_args, keep=keep, backward=backward)
+                          return_args=return_args, keep=keep, backward=backward, census=census)
 
     def record(self, **fields) -> Outcome:
         """A plain record (types.SimpleNamespace) of `fields`, held in the worker: a
@@ -417,9 +421,9 @@ class InProcessStudent:
 
     def call(self, name: str, *args, seconds: float | None = None, stubs: dict | None = None,
              forbid: tuple = (), return_args: bool = False, keep: bool = False, backward=None,
-             **kwargs) -> Outcome:
+             census: bool = False, **kwargs) -> Outcome:
         return self._run(self.namespace[name], args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
-                         return_args=return_args, keep=keep, backward=backward)
+                         return_args=return_args, keep=keep, backward=backward, census=census)
 
     def new(self, class_name: str, *args, seconds: float | None = None, stubs: dict | None = None,
             forbid: tuple = (), **kwargs) -> Outcome:
@@ -437,17 +441,21 @@ class InProcessStudent:
         return self._run(trusted_factory(dotted), args, kwargs, seconds=seconds, keep=True)
 
     def _run(self, fn, args, kwargs, *, seconds=None, stubs=None, forbid=(), return_args=False, keep=False,
-             backward=None) -> Outcome:
-        from .worker.main import error_text, library_function, unforbid
+             backward=None, census=False) -> Outcome:
+        import contextlib
+
+        from .worker.main import TensorCensus, error_text, library_function, unforbid
         from .worker.main import forbid as forbid_shortcuts
 
         stubs = {name: library_function(v) if isinstance(v, str) else v for name, v in (stubs or {}).items()}
         args, kwargs = round_trip((tuple(args), dict(kwargs)))
         swapped = _swap_globals(fn, stubs or {})
         forbidden = forbid_shortcuts(forbid)
+        counter = TensorCensus() if census else None
         try:
             with quiet(), time_limit(seconds or 5.0):
-                value = fn(*args, **kwargs)
+                with counter.mode() if counter is not None else contextlib.nullcontext():
+                    value = fn(*args, **kwargs)
                 if backward is not None:
                     value.backward(round_trip(backward))
         except TimeLimitExceeded:
@@ -465,7 +473,8 @@ class InProcessStudent:
             after = round_trip((args, kwargs)) if return_args else ((), {})
         except channel.ChannelError as err:
             return Outcome(value=Unsendable(f"a value the grader cannot read ({err})"))
-        return Outcome(value=value, args_after=after[0], kwargs_after=after[1], arg_grads=grads)
+        return Outcome(value=value, args_after=after[0], kwargs_after=after[1], arg_grads=grads,
+                       census=counter.largest() if counter is not None else [])
 
     def close(self) -> None:
         pass

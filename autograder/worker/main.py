@@ -221,9 +221,14 @@ class Worker:
                 self.namespace[name] = library_function(str(dotted))
             forbidden = forbid(header.get("forbid", []))
             upstream = channel.decode(header["backward"], blobs) if "backward" in header else None
+            census = TensorCensus() if header.get("census") else None
             self.arm(float(header.get("seconds", 5)))
             try:
-                result = fn(*args, **kwargs)
+                if census is not None:  # record the shape of every tensor the call creates
+                    with census.mode():
+                        result = fn(*args, **kwargs)
+                else:
+                    result = fn(*args, **kwargs)
                 if upstream is not None:  # a gradient check: backpropagate `upstream` from the result
                     result.backward(upstream)
             finally:
@@ -243,6 +248,8 @@ class Worker:
                     self.namespace[name] = value
             unforbid(forbidden)
         values = {"value": result}
+        if census is not None:
+            values["census"] = census.largest()
         if "backward" in header:
             values["arg_grads"] = [getattr(a, "grad", None) for a in args]
         if header.get("return_args"):
@@ -345,12 +352,16 @@ def install_watch(module, spec: dict, records: list) -> list:
     `spec` maps a submodule's name to what to keep of each call besides its input's shape:
     "shape", "input" (the first input, for small integer inputs such as positions) or
     "last" (the output at the last position: `output[:, -1]` of a `(B, T, V)` output). Every record also says whether
-    gradients were being recorded. Shared by the worker and the grader's trusted runs.
+    gradients were being recorded. A name "param:<parameter>" watches that parameter's gradients instead
+    (see `_watch_accumulation`). Shared by the worker and the grader's trusted runs.
     """
     import torch
 
     hooks = []
     for name, keep in spec.items():
+        if name.startswith("param:"):  # a parameter: its incoming gradient against what .grad holds after
+            hooks += _watch_accumulation(module.get_parameter(name[6:]), name, records)
+            continue
         def hook(mod, inputs, output, _name=name, _keep=keep):
             if len(records) >= MAX_WATCH_RECORDS:
                 return
@@ -366,6 +377,54 @@ def install_watch(module, spec: dict, records: list) -> list:
 
         hooks.append(module.get_submodule(name).register_forward_hook(hook))
     return hooks
+
+
+def _watch_accumulation(parameter, name: str, records: list) -> list:
+    """One record per backward pass: the norm of the gradient it brought, and of `.grad` after.
+    They are equal when .grad was cleared before (zero_grad), and differ when gradients pile up."""
+    incoming = {}
+
+    def before(grad):
+        incoming["norm"] = float(grad.detach().norm())
+        return grad
+
+    def after(param):
+        if len(records) < MAX_WATCH_RECORDS:
+            records.append({"module": name, "incoming": incoming.get("norm", -1.0),
+                            "accumulated": float(param.grad.detach().norm()) if param.grad is not None else -1.0})
+
+    return [parameter.register_hook(before), parameter.register_post_accumulate_grad_hook(after)]
+
+
+class TensorCensus:
+    """The shapes of every tensor a call creates, by operator output (views included), via a
+    TorchDispatchMode. Shared by the worker and the grader's trusted runs."""
+
+    def __init__(self):
+        self.shapes: dict[tuple, int] = {}
+
+    def mode(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        census = self
+
+        class Census(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for value in out if isinstance(out, tuple | list) else (out,):
+                    shape = tuple(getattr(value, "shape", ()) or ())
+                    if hasattr(value, "shape") and len(census.shapes) < 10_000:
+                        census.shapes[shape] = census.shapes.get(shape, 0) + 1
+                return out
+
+        return Census()
+
+    def largest(self, count: int = 20) -> list:
+        """[[shape, times seen], ...], the largest shapes first."""
+        import math
+
+        ranked = sorted(self.shapes.items(), key=lambda item: -math.prod(item[0]))
+        return [[list(shape), n] for shape, n in ranked[:count]]
 
 
 class ForbiddenShortcut(Exception):

@@ -1,0 +1,837 @@
+"""Unit 06, generation and the KV cache (PyTorch): the hidden checks and the misconception catalogue.
+
+The reference is the solution notebook (`solutions/06_generation/generation.ipynb`). The
+student's functions are handed the course's own model, `coursekit.gpt.GPT`, built in the
+student's worker with random weights (`api.given`), so nothing here depends on units 04-05.
+
+How the cache is checked: the grader watches the calls of the model's modules while
+`generate_cached` runs (`api.watch`: forward hooks on `token_emb`, `pos_emb`, every block's
+`k_proj` and `v_proj`, and `lm_head`). From those records it reads the positions looked up,
+how many positions' keys each call computed, and the logits of every step, which it compares
+here with a full forward pass of the same prefix through a trusted copy of the model. The
+records come from the student's process, so they are data to check, not facts: a record that
+contradicts the tokens returned only costs the student points.
+
+`sample_next` is checked for greedy and top-k support exactly, and for its distribution with a
+chi-square test whose false-fail rate for a correct sampler is below one in a million
+(`FALSE_FAIL`), on a fixed generator, so a given submission always gets the same grade.
+"""
+
+from __future__ import annotations
+
+import math
+import types
+
+import numpy as np
+import torch
+
+from ..compare import Tolerance, describe
+from ..core import Check, Inputs, Misconception, Part, ProbeFailed, SampleBug, Unit
+from ..weights import random_state
+
+UNIT_NAME = "06_generation"
+MODEL = "coursekit.gpt.GPT"
+LOGITS = Tolerance(rtol=1e-4, atol=1e-4)
+FALSE_FAIL = 1e-6  # the chance that a correct sampler fails one statistical check
+DRAWS = 20_000  # per row of logits in a statistical check
+
+SMALL = dict(vocab_size=23, context_length=16, d_model=16, n_layers=2, n_heads=2, d_ff=None, tie_weights=True)
+WIDE = dict(vocab_size=31, context_length=24, d_model=24, n_layers=3, n_heads=4, d_ff=40, tie_weights=False)
+
+
+# ---------------------------------------------------------------- the model the student is handed
+
+
+def model_state(fields: dict, seed: int) -> dict:
+    from coursekit.gpt import GPT
+
+    torch.manual_seed(seed)
+    state = random_state(GPT(types.SimpleNamespace(**fields)), seed, gain_spread=0.1)
+    if fields["tie_weights"]:
+        state["lm_head.weight"] = state["token_emb.weight"]
+    return state
+
+
+def trusted_model(inputs: Inputs):
+    """The same model as the student's, in this process: the oracle for full forward passes."""
+    from coursekit.gpt import GPT
+
+    model = GPT(types.SimpleNamespace(**inputs.kwargs["fields"]))
+    model.load_state_dict(inputs.kwargs["state"])
+    return model.eval()
+
+
+def given_model(api, inputs: Inputs, mode: str = "eval"):
+    model = api.given(MODEL, api.record(**inputs.kwargs["fields"]))
+    api.method(model, "load_state_dict", inputs.kwargs["state"])
+    api.method(model, mode, keep=True)
+    return model
+
+
+def seeded_generator(api, seed: int):
+    generator = api.given("torch.Generator")
+    api.method(generator, "manual_seed", seed, keep=True)
+    return generator
+
+
+def generation_inputs(fields: dict, batch: int, prompt: int, new: int, **settings):
+    """A prompt (batch, prompt) of random ids, random weights, and the generation settings."""
+
+    def make(rng):
+        ids = torch.from_numpy(rng.integers(0, fields["vocab_size"], (batch, prompt)))
+        return Inputs((ids,), {"fields": fields, "state": model_state(fields, int(rng.integers(0, 2**31))),
+                               "new": new, "settings": settings, "seed": int(rng.integers(0, 2**31))})
+
+    return make
+
+
+def run_generator(api, name: str, inputs: Inputs, model, generator=None):
+    prompt = inputs.args[0]
+    settings = dict(inputs.kwargs["settings"])
+    if generator is None:
+        generator = seeded_generator(api, inputs.kwargs["seed"])
+    return api.call(name, model, prompt, inputs.kwargs["new"], generator=generator, **settings)
+
+
+# ---------------------------------------------------------------- probes: tokens
+
+
+def tokens_probe(name: str):
+    def probe(api, inputs: Inputs):
+        return {"tokens": run_generator(api, name, inputs, given_model(api, inputs))}
+
+    return probe
+
+
+def tokens_oracle(inputs: Inputs):
+    """The reference `generate` (the full re-run) on a trusted model: what both parts must return."""
+    from ..reference import load_reference
+
+    model = trusted_model(inputs)
+    generator = torch.Generator().manual_seed(inputs.kwargs["seed"])
+    tokens = load_reference(UNIT_NAME).generate(model, inputs.args[0].clone(), inputs.kwargs["new"],
+                                                generator=generator, **inputs.kwargs["settings"])
+    return {"tokens": tokens}
+
+
+def limit_probe(name: str):
+    """Past config.context_length: the tokens (generate), or the error raised (generate_cached)."""
+
+    def probe(api, inputs: Inputs):
+        model = given_model(api, inputs)
+        try:
+            return {"tokens": run_generator(api, name, inputs, model)}
+        except ProbeFailed as failed:
+            error_type, text = failed.outcome.error_type or "error", failed.outcome.error or ""
+        except Exception as err:  # noqa: BLE001 - the reference or a variant raising
+            error_type, text = type(err).__name__, str(err)
+        return {"error": error_type, "names_limit": str(inputs.kwargs["fields"]["context_length"]) in text}
+
+    return probe
+
+
+def limit_error_oracle(inputs: Inputs):
+    return {"error": "ValueError", "names_limit": True}
+
+
+# ---------------------------------------------------------------- probes: what the model saw
+
+
+def watch_spec(n_layers: int) -> dict:
+    spec = {"token_emb": "shape", "pos_emb": "input", "lm_head": "last"}
+    for layer in range(n_layers):
+        spec[f"blocks.{layer}.attn.k_proj"] = "shape"
+        spec[f"blocks.{layer}.attn.v_proj"] = "shape"
+    return spec
+
+
+def trace_probe(name: str, facet: str, mode: str = "eval"):
+    """Run the part on a watched model; return one facet of what the trace shows (see `facets`)."""
+
+    def probe(api, inputs: Inputs):
+        model = given_model(api, inputs, mode)
+        api.watch(model, watch_spec(inputs.kwargs["fields"]["n_layers"]))
+        tokens = run_generator(api, name, inputs, model)
+        records = api.watched(model)
+        return facets(records, tokens, inputs)[facet]
+
+    return probe
+
+
+def facets(records, tokens, inputs: Inputs) -> dict:
+    """Each facet: {"ok": bool, "detail": what was seen, "message": why it is wrong, or None}."""
+    fields = inputs.kwargs["fields"]
+    prompt, new = inputs.args[0], inputs.kwargs["new"]
+    B, T0 = prompt.shape
+    records = [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+    by_module: dict[str, list] = {}
+    for r in records:
+        by_module.setdefault(str(r.get("module")), []).append(r)
+
+    def facet(ok, detail, message=None):
+        return {"ok": bool(ok), "detail": detail, "message": None if ok else message}
+
+    out = {}
+    grad_on = [bool(r.get("grad")) for r in records]
+    out["no_grad"] = facet(not any(grad_on), sum(grad_on),
+                           "the model ran with gradients enabled: wrap the loop in `torch.no_grad()` (or "
+                           "`torch.inference_mode()`); nothing here is trained, and the graph costs memory")
+
+    # How many new tokens each forward step fed, from the calls of token_emb: (B, t) ids.
+    fed = [_rows(r.get("shape"), B, last_dim=True) for r in by_module.get("token_emb", [])]
+    needed = T0 + new - 1  # the last new token is never fed back
+    if not fed:
+        out["positions"] = out["keys"] = out["steps"] = facet(
+            False, None, "the grader saw no call of `model.token_emb`: run the model's parts as modules "
+            "(`model.token_emb(tokens)`, `model.pos_emb(positions)`, `block.attn.k_proj(h)`, ...) rather than "
+            "reading their weights, so that their calls can be followed")
+        return out
+
+    # positions: every position looked up once, in order, continuing past the prompt
+    seen = []
+    for r in by_module.get("pos_emb", []):
+        ids = r.get("input")
+        seen.append([int(v) for v in ids.reshape(-1, ids.shape[-1])[0].tolist()] if isinstance(ids, torch.Tensor)
+                    and ids.ndim >= 1 and ids.numel() else [])
+    flat = [p for step in seen for p in step]
+    ok = flat[:needed] == list(range(needed)) and len(flat) in (needed, needed + 1) and len(seen) == len(fed)
+    if not seen:
+        message = "the grader saw no call of `model.pos_emb`: look the positions up with the module"
+    else:
+        message = _positions_message(seen, T0)
+    out["positions"] = facet(ok, seen, message)
+
+    # keys: each layer computes each position's keys and values once
+    rows = {}
+    for layer in range(fields["n_layers"]):
+        for kind in ("k_proj", "v_proj"):
+            rows[f"{layer}.{kind}"] = [_rows(r.get("shape"), B) for r in
+                                       by_module.get(f"blocks.{layer}.attn.{kind}", [])]
+    totals = {key: sum(v) for key, v in rows.items()}
+    ok = all(total in (needed, needed + 1) for total in totals.values()) and all(rows.values())
+    out["keys"] = facet(ok, rows, _keys_message(rows, fed, T0, needed))
+
+    # steps: the logits of every step equal a full forward pass of the same prefix
+    logits_calls = [r.get("last") for r in by_module.get("lm_head", [])]
+    out["steps"] = _steps_facet(logits_calls, fed, tokens, inputs, new)
+    return out
+
+
+def _rows(shape, batch, last_dim=False) -> int:
+    """Positions per sequence in one call: (B, t, C) -> t; (B * t, C) -> t; ids (B, t) -> t."""
+    if not isinstance(shape, list) or not shape:
+        return 0
+    dims = shape if last_dim else shape[:-1]
+    count = int(np.prod(dims)) if dims else 1
+    return count // max(batch, 1)
+
+
+def _positions_message(seen, T0) -> str:
+    expected_next = 0
+    for step, positions in enumerate(seen):
+        want = list(range(expected_next, expected_next + len(positions)))
+        if positions != want:
+            if step > 0 and len(positions) > 1 and positions == list(range(len(positions))):
+                return (f"forward step {step} fed the whole sequence again (positions 0..{len(positions) - 1}): feed "
+                        f"only the newest token, at position {expected_next}, and take the rest from the cache")
+            where = "the prompt" if step == 0 else f"forward step {step} (after {expected_next} tokens)"
+            shown = positions if len(positions) <= 8 else positions[:4] + ["..."] + positions[-2:]
+            hint = (" Positions restart at 0: the new token sits at position T + s, after the prompt and the "
+                    "tokens already generated." if positions and positions[0] == 0 and expected_next > 0 else "")
+            return f"{where} looked up positions {shown} in `pos_emb`, expected {want[:8]}.{hint}"
+        expected_next += len(positions)
+    return f"`pos_emb` was asked for {expected_next} positions in all, expected every position once"
+
+
+def _keys_message(rows, fed, T0, needed) -> str:
+    for key, calls in rows.items():
+        layer, kind = key.split(".")
+        if not calls:
+            return (f"the grader saw no call of block {layer}'s `attn.{kind}`: project with the module "
+                    f"(`block.attn.{kind}(h)`), not with its weight")
+        total = sum(calls)
+        if total > needed + 1:
+            step = next((i for i, (r, f) in enumerate(zip(calls, fed, strict=False)) if r > f), None)
+            if step is None:
+                step = next((i for i, r in enumerate(calls) if i > 0 and r > 1), len(calls) - 1)
+            return (f"block {layer}'s `attn.{kind}` computed {total} positions in all for a prompt of {T0} and "
+                    f"{needed - T0 + 1} new tokens (step {step} alone: {calls[step]}): each step should compute keys "
+                    "and values for its new token only and read the earlier ones from the cache")
+        if total < needed:
+            return (f"block {layer}'s `attn.{kind}` computed only {total} positions, but {needed} were fed to the "
+                    "model: every position's keys and values are needed once")
+    return "the keys and values were not computed once per position"
+
+
+def _steps_facet(logits_calls, fed, tokens, inputs, new) -> dict:
+    if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != inputs.args[0].shape[0] \
+            or tokens.dtype not in (torch.int64, torch.int32) or tokens.shape[1] < 1:
+        return {"ok": False, "detail": None, "message": f"the tokens returned are {describe(tokens)}"}
+    vocab = inputs.kwargs["fields"]["vocab_size"]
+    tokens = tokens.long().clamp(0, vocab - 1)[:, : inputs.kwargs["fields"]["context_length"]]
+    with torch.no_grad():
+        full = trusted_model(inputs)(tokens)  # (B, T, V): position p predicts token p + 1
+    verdicts, lengths = [], []
+    seen = 0
+    for step, last in enumerate(logits_calls):
+        t = fed[step] if step < len(fed) else 0
+        # A step that fed the whole sequence again (no cache) predicts after t tokens, not after seen + t.
+        seen = t if step > 0 and t > 1 and t == seen + 1 else seen + t
+        lengths.append(seen)
+        if not isinstance(last, torch.Tensor) or seen < 1 or seen > full.shape[1] or \
+                tuple(last.shape) != tuple(full[:, seen - 1].shape):
+            verdicts.append(False)
+            continue
+        verdicts.append(bool(torch.allclose(last.float(), full[:, seen - 1], rtol=LOGITS.rtol, atol=LOGITS.atol)))
+    steps_needed = new
+    ok = len(verdicts) >= steps_needed and all(verdicts)
+    if not logits_calls:
+        message = "the grader saw no call of `model.lm_head`: compute the logits with the module"
+    elif len(verdicts) < steps_needed:
+        message = f"`lm_head` ran {len(verdicts)} times for {new} new tokens: every new token needs its logits"
+    else:
+        bad = verdicts.index(False) if False in verdicts else 0
+        last = logits_calls[bad]
+        T0 = inputs.args[0].shape[1]
+        if isinstance(last, torch.Tensor) and 1 <= lengths[bad] <= full.shape[1] and \
+                tuple(last.shape) == tuple(full[:, lengths[bad] - 1].shape):
+            gap = float((last.float() - full[:, lengths[bad] - 1]).abs().max())
+            what = ("the prompt" if lengths[bad] == T0 else f"{lengths[bad]} of the prompt's {T0} tokens"
+                    if lengths[bad] < T0 else f"the prompt and {lengths[bad] - T0} new tokens")
+            message = (f"the logits of forward step {bad} (after {what}) differ from a full forward pass of the same "
+                       f"prefix by up to {gap:.3g}")
+        else:
+            message = (f"the logits of forward step {bad} have shape {describe(last)}, expected the last position's "
+                       f"({inputs.args[0].shape[0]}, {inputs.kwargs['fields']['vocab_size']})")
+    return {"ok": ok, "detail": verdicts, "message": message}
+
+
+def facet_oracle(inputs: Inputs):
+    return {"ok": True, "detail": None, "message": None}
+
+
+# ---------------------------------------------------------------- probes: leaving the model alone
+
+
+def leaves_model_probe(name: str):
+    """Start in training mode with no gradients; afterwards the flags, the parameters and the
+    gradients must be as they were."""
+
+    def probe(api, inputs: Inputs):
+        model = given_model(api, inputs, mode="train")
+        run_generator(api, name, inputs, model)
+        flags = {path: bool(api.attr(model, f"{path}.training" if path else "training"))
+                 for path in ("", "blocks.0", "blocks.0.attn", "ln_f")}
+        state = api.method(model, "state_dict")
+        same = isinstance(state, dict) and all(isinstance(state.get(k), torch.Tensor) and torch.equal(state[k], v)
+                                               for k, v in inputs.kwargs["state"].items())
+        grads = api.grads(model)
+        return {"training": flags, "parameters_kept": bool(same),
+                "no_gradients": isinstance(grads, dict) and all(g is None for g in grads.values())}
+
+    return probe
+
+
+def leaves_model_oracle(inputs: Inputs):
+    return {"training": {"": True, "blocks.0": True, "blocks.0.attn": True, "ln_f": True},
+            "parameters_kept": True, "no_gradients": True}
+
+
+# ---------------------------------------------------------------- sample_next
+
+
+def logits_inputs(shape, dtype=torch.float32, scale=2.0, **settings):
+    def make(rng):
+        return Inputs((torch.from_numpy(rng.normal(size=shape) * scale).to(dtype),), settings)
+
+    return make
+
+
+def draws_inputs(rows, **settings):
+    """Rows of logits, each repeated DRAWS times in one (R * DRAWS, V) call."""
+
+    def make(rng):
+        return Inputs((torch.tensor(rows, dtype=torch.float32),), {"settings": settings, "seed": 2026})
+
+    return make
+
+
+def draws_probe(api, inputs: Inputs):
+    rows = inputs.args[0]
+    generator = seeded_generator(api, inputs.kwargs["seed"])
+    ids = api.call("sample_next", rows.repeat_interleave(DRAWS, dim=0), generator=generator,
+                   **inputs.kwargs["settings"])
+    if not isinstance(ids, torch.Tensor) or ids.numel() != rows.shape[0] * DRAWS or ids.dtype.is_floating_point:
+        return {"ids": ids}
+    ids = ids.reshape(rows.shape[0], DRAWS).long()
+    counts = torch.stack([torch.bincount(row.clamp(0, rows.shape[1]), minlength=rows.shape[1] + 1)
+                          for row in ids])  # (R, V + 1): the last column counts ids out of range
+    return {"counts": counts}
+
+
+def draws_oracle(inputs: Inputs):
+    """The distribution the contract defines, written here from scratch: softmax of
+    logits / temperature over the tokens at least as large as the k-th largest."""
+    rows = inputs.args[0].double()
+    settings = inputs.kwargs["settings"]
+    scaled = rows / settings.get("temperature", 1.0)
+    k = settings.get("top_k")
+    if k is not None:
+        kth = scaled.sort(dim=-1, descending=True).values[:, min(k, rows.shape[1]) - 1: min(k, rows.shape[1])]
+        scaled = torch.where(scaled >= kth, scaled, torch.tensor(-math.inf, dtype=scaled.dtype))
+    return {"probabilities": torch.softmax(scaled, dim=-1)}
+
+
+def same_seed_probe(api, inputs: Inputs):
+    """Two generators with the same seed, the global random state moved on between them."""
+    logits = inputs.args[0]
+    first = api.call("sample_next", logits, generator=seeded_generator(api, 5), temperature=1.0)
+    second = api.call("sample_next", logits, generator=seeded_generator(api, 5), temperature=1.0)
+    if not isinstance(first, torch.Tensor) or not isinstance(second, torch.Tensor) or first.shape != second.shape:
+        return {"same": False}
+    return {"same": bool(torch.equal(first, second))}
+
+
+def chi_square_survival(statistic: float, dof: int) -> float:
+    """P(X >= statistic) for X chi-square with `dof` degrees of freedom."""
+    if dof <= 0:
+        return 1.0
+    return float(torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64),
+                                         torch.tensor(statistic / 2, dtype=torch.float64)))
+
+
+def diagnose_draws(result, expected) -> str | None:
+    if not isinstance(result, dict) or "counts" not in result:
+        ids = result.get("ids") if isinstance(result, dict) else result
+        return f"expected {DRAWS} ids per row, shape (B,) and an integer dtype; got {describe(ids)}"
+    counts = result["counts"].double()
+    if counts[:, -1].sum() > 0:
+        return "some ids are not valid token ids (below 0 or not below V)"
+    counts = counts[:, :-1]
+    if "probabilities" in expected:  # against the contract's distribution: a goodness-of-fit test
+        probs = expected["probabilities"]
+        outside = (probs == 0) & (counts > 0)
+        if outside.any():
+            row, token = (int(v) for v in outside.nonzero()[0])
+            return (f"row {row} drew token {token} {int(counts[row, token])} times, though it is outside the top k "
+                    "and should have probability 0")
+        support = probs > 0
+        want = probs * DRAWS
+        statistic = float((((counts - want) ** 2) / want.where(support, torch.ones_like(want)))[support].sum())
+        dof = int(support.sum()) - probs.shape[0]
+        p = chi_square_survival(statistic, dof)
+        if p < FALSE_FAIL:
+            row = int(((counts / DRAWS - probs).abs().sum(dim=1)).argmax())
+            return (f"the frequencies do not follow the contract's distribution (chi-square {statistic:.0f} on {dof} "
+                    f"degrees of freedom, p = {p:.1g}): row {row} drew {_fractions(counts[row] / DRAWS)} where "
+                    f"{_fractions(probs[row])} was expected")
+        return None
+    # Against another sampler's counts (a catalogued variant): a test of homogeneity.
+    other = expected["counts"].double()[:, :-1]
+    statistic, dof = 0.0, 0
+    for a, b in zip(counts, other, strict=True):
+        used = (a + b) > 0
+        a, b = a[used], b[used]
+        total = a + b
+        for observed in (a, b):
+            share = observed.sum() / (a.sum() + b.sum())
+            statistic += float((((observed - total * share) ** 2) / (total * share)).sum())
+        dof += int(used.sum()) - 1
+    return None if chi_square_survival(statistic, dof) >= FALSE_FAIL else "the two samplers draw differently"
+
+
+def _fractions(row) -> str:
+    return "[" + ", ".join(f"{float(v):.3f}" for v in row) + "]"
+
+
+# ---------------------------------------------------------------- comparing results
+
+
+def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    if isinstance(expected, dict) and ("probabilities" in expected or "counts" in expected):
+        return diagnose_draws(result, expected)
+    if isinstance(expected, dict) and "ok" in expected:  # a facet of the trace
+        if not isinstance(result, dict) or "ok" not in result:
+            return f"could not follow the calls ({describe(result)})"
+        if result["ok"] != expected["ok"] or (not expected["ok"] and result.get("detail") != expected.get("detail")):
+            return result.get("message") or "the calls do not match"
+        return None
+    if isinstance(expected, dict) and "error" in expected:
+        if not isinstance(result, dict) or result.get("error") != expected["error"]:
+            got = result.get("error") if isinstance(result, dict) else None
+            return (f"T + max_new_tokens exceeds context_length: expected a {expected['error']}, "
+                    f"got {got + ' raised' if got else 'no error'}")
+        if expected.get("names_limit") and not result.get("names_limit"):
+            return "the ValueError should name the limit (the value of context_length) in its message"
+        return None
+    if isinstance(expected, dict) and "same" in expected:
+        if result != expected:
+            return ("two generators seeded alike gave different draws: pass `generator=generator` to "
+                    "torch.multinomial rather than using the global random state")
+        return None
+    if isinstance(expected, dict) and "training" in expected:
+        return diagnose_left_alone(result, expected)
+    if isinstance(expected, dict) and "tokens" in expected:
+        if not isinstance(result, dict) or "tokens" not in result:
+            return f"could not read the tokens ({describe(result)})"
+        return diagnose_ids(result["tokens"], expected["tokens"], inputs, prompt=inputs.args[0])
+    return diagnose_ids(result, expected, inputs)
+
+
+def diagnose_ids(result, expected, inputs: Inputs, prompt=None) -> str | None:
+    if not isinstance(result, torch.Tensor):
+        return f"returned {describe(result)}, expected a tensor of token ids of shape {tuple(expected.shape)}"
+    if result.dtype.is_floating_point or result.dtype == torch.bool:
+        return f"the ids have dtype {result.dtype}, expected torch.long (argmax and multinomial return it)"
+    if tuple(result.shape) != tuple(expected.shape):
+        hint = ""
+        if prompt is not None and tuple(result.shape) == (expected.shape[0], expected.shape[1] - prompt.shape[1]):
+            hint = ": return the prompt followed by the new tokens"
+        elif result.ndim == expected.ndim + 1 and result.shape[-1] == 1:
+            hint = ": squeeze the last dimension (multinomial returns (B, 1))"
+        return f"the ids have shape {tuple(result.shape)}, expected {tuple(expected.shape)}{hint}"
+    if torch.equal(result.long(), expected.long()):
+        return None
+    if prompt is not None and not torch.equal(result[:, : prompt.shape[1]].long(), prompt.long()):
+        return "the output should start with the prompt, unchanged"
+    differ = (result.long() != expected.long()).nonzero()
+    if len(differ) == 0:
+        return None
+    if prompt is None:
+        row = int(differ[0][0])
+        return f"row {row} gave id {int(result[row])}, expected {int(expected[row])}"
+    row, position = (int(v) for v in differ[0])
+    step = position - prompt.shape[1]
+    return (f"new token {step} of sequence {row} (position {position}) is {int(result[row, position])}, the "
+            f"reference's is {int(expected[row, position])}")
+
+
+def diagnose_left_alone(result, expected) -> str | None:
+    if not isinstance(result, dict):
+        return f"could not read the model afterwards ({describe(result)})"
+    changed = [path or "the model" for path, flag in expected["training"].items()
+               if result.get("training", {}).get(path) != flag]
+    if changed:
+        return (f"the model was in training mode and is not any more ({changed[0]}): if you call model.eval(), "
+                "put every module's training flag back afterwards (in a finally block)")
+    if not result.get("parameters_kept"):
+        return "the model's parameters changed: generation must not modify the weights"
+    if not result.get("no_gradients"):
+        return "parameters have gradients afterwards: generate under torch.no_grad() and never call backward"
+    return None
+
+
+# ---------------------------------------------------------------- the wrong variants
+
+
+def sample_with(after_softmax=False, k_plus_one=False, exactly_k=False, over_batch=False, ignore_generator=False,
+                no_greedy=False, keepdim=False):
+    def variant(reference, logits, temperature=1.0, top_k=None, generator=None):
+        if temperature == 0 and not no_greedy:
+            return logits.argmax(dim=-1, keepdim=keepdim)
+        scaled = logits if after_softmax else logits / temperature
+        if top_k is not None:
+            k = min(top_k + (1 if k_plus_one else 0), logits.shape[-1])
+            if exactly_k:
+                keep = torch.zeros_like(scaled, dtype=torch.bool).scatter(-1, scaled.topk(k, dim=-1).indices, True)
+                scaled = scaled.masked_fill(~keep, -math.inf)
+            else:
+                scaled = scaled.masked_fill(scaled < scaled.topk(k, dim=-1).values[:, -1:], -math.inf)
+        probs = torch.softmax(scaled, dim=0 if over_batch else -1)
+        if after_softmax:
+            probs = probs / temperature
+        ids = torch.multinomial(probs, 1, generator=None if ignore_generator else generator)
+        return ids if keepdim else ids.squeeze(-1)
+
+    return variant
+
+
+def generate_with(first_position=False, no_crop=False, new_only=False, leaves_eval=False, with_grad=False):
+    def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        prompt_length = idx.shape[1]
+        model.eval()
+        with torch.set_grad_enabled(with_grad):
+            for _ in range(max_new_tokens):
+                context = idx if no_crop else idx[:, -model.config.context_length:]
+                logits = model(context)[:, 0 if first_position else -1, :]
+                next_id = reference.sample_next(logits.detach(), temperature, top_k, generator)
+                idx = torch.cat([idx, next_id[:, None]], dim=1)
+        if not leaves_eval:
+            model.train()  # the probes start in training mode
+        return idx[:, prompt_length:] if new_only else idx
+
+    return variant
+
+
+def cached_with(restart_positions=False, not_appended=False, recompute=False, causal_one_query=False,
+                prefill_unmasked=False, no_limit_check=False, own_sampler=False, scale="d_head"):
+    """A KV-cache generator with one thing wrong: attention written out, so every knob is visible."""
+
+    def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
+        B, T = idx.shape
+        limit = model.config.context_length
+        if T + max_new_tokens > limit and not no_limit_check:
+            raise ValueError(f"exceeds context_length = {limit}")
+        if max_new_tokens == 0:
+            return idx.clone()
+        C, nh = model.config.d_model, model.blocks[0].attn.n_heads
+        hs = C // nh
+        cache = [[None, None] for _ in model.blocks]
+
+        def forward(tokens, start):
+            t = tokens.shape[1]
+            positions = torch.arange(t) if restart_positions else torch.arange(start, start + t)
+            x = model.token_emb(tokens) + model.pos_emb(positions)
+            for layer, block in enumerate(model.blocks):
+                h = block.ln1(x)
+                q, k, v = (p(h).view(B, t, nh, hs).transpose(1, 2) for p in
+                           (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj))
+                old_k, old_v = cache[layer]
+                if old_k is not None and not recompute:
+                    k_all, v_all = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
+                else:
+                    k_all, v_all = k, v
+                if not not_appended or old_k is None:
+                    cache[layer] = [k_all, v_all]
+                scores = q @ k_all.transpose(-2, -1) / math.sqrt(C if scale == "d_model" else hs)
+                n_keys = k_all.shape[2]
+                if causal_one_query or (t > 1 and not prefill_unmasked):
+                    offset = 0 if causal_one_query else n_keys - t
+                    allowed = torch.ones(t, n_keys, dtype=torch.bool).tril(diagonal=offset)
+                    scores = scores.masked_fill(~allowed, -math.inf)
+                y = torch.softmax(scores, dim=-1) @ v_all
+                x = x + block.attn.out_proj(y.transpose(1, 2).reshape(B, t, C))
+                x = x + block.ffn(block.ln2(x))
+            return model.lm_head(model.ln_f(x))[:, -1]
+
+        def sample(logits):
+            if own_sampler and temperature != 0:  # Gumbel-max: the right distribution, other random numbers
+                scaled = logits / temperature
+                if top_k is not None:
+                    scaled = scaled.masked_fill(scaled < scaled.topk(top_k, dim=-1).values[:, -1:], -math.inf)
+                uniform = torch.rand(scaled.shape, generator=generator).clamp_min(1e-12)
+                return (scaled - torch.log(-torch.log(uniform))).argmax(dim=-1)
+            return reference.sample_next(logits, temperature, top_k, generator)
+
+        with torch.no_grad():
+            logits = forward(idx, 0)
+            out = idx
+            for step in range(max_new_tokens):
+                out = torch.cat([out, sample(logits)[:, None]], dim=1)
+                if step + 1 < max_new_tokens:
+                    logits = forward(out if recompute else out[:, -1:], 0 if recompute else T + step)
+        return out
+
+    return variant
+
+
+MISCONCEPTIONS = (
+    Misconception(
+        "temperature_after_softmax", "the temperature applied to the probabilities instead of the logits",
+        "Divide the logits by the temperature before the softmax: dividing probabilities by a constant is undone "
+        "when they are normalised, so the temperature has no effect.",
+        {"sample_next": sample_with(after_softmax=True)},
+    ),
+    Misconception(
+        "top_k_keeps_k_plus_one", "top-k that keeps k + 1 tokens",
+        "Keep the logits at least as large as the k-th largest, `topk(logits, k).values[:, -1:]`, not the (k+1)-th.",
+        {"sample_next": sample_with(k_plus_one=True)},
+    ),
+    Misconception(
+        "top_k_drops_ties", "top-k that keeps exactly k tokens and drops the ones tied with the k-th",
+        "Compare with the k-th largest value (`logits < kth` goes to -inf), so that ties with it stay in; "
+        "scattering topk's k indices keeps an arbitrary one of the tied tokens.",
+        {"sample_next": sample_with(exactly_k=True)},
+    ),
+    Misconception(
+        "softmax_over_batch", "the softmax taken over the batch (dim=0) instead of the vocabulary",
+        "Each row is one sequence's distribution: softmax(scaled, dim=-1).",
+        {"sample_next": sample_with(over_batch=True)},
+    ),
+    Misconception(
+        "sampler_ignores_generator", "a sampler that draws from the global random state and ignores `generator`",
+        "Pass it on: torch.multinomial(probs, num_samples=1, generator=generator).",
+        {"sample_next": sample_with(ignore_generator=True)},
+    ),
+    Misconception(
+        "temperature_zero_divides", "temperature 0 handled by dividing by it",
+        "Temperature 0 means greedy: return logits.argmax(dim=-1) before dividing by anything.",
+        {"sample_next": sample_with(no_greedy=True)},
+    ),
+    Misconception(
+        "ids_keep_last_dim", "ids of shape (B, 1) instead of (B,)",
+        "torch.multinomial(probs, 1) returns (B, 1): .squeeze(-1) it (and argmax without keepdim).",
+        {"sample_next": sample_with(keepdim=True)},
+    ),
+    Misconception(
+        "generate_first_position", "the next token sampled from the first position's logits",
+        "The last position predicts the next token: logits[:, -1, :].",
+        {"generate": generate_with(first_position=True)},
+    ),
+    Misconception(
+        "generate_no_crop", "a generator that feeds the model more than context_length tokens",
+        "Run the model on idx[:, -model.config.context_length:] once the sequence outgrows the context.",
+        {"generate": generate_with(no_crop=True)},
+    ),
+    Misconception(
+        "generate_new_only", "a generator that returns only the new tokens",
+        "Return the prompt followed by the new tokens: (B, T + max_new_tokens).",
+        {"generate": generate_with(new_only=True), "generate_cached": lambda reference, model, idx, n, **kw:
+            reference.generate_cached(model, idx, n, **kw)[:, idx.shape[1]:]},
+    ),
+    Misconception(
+        "generate_leaves_eval", "a generator that switches the model to eval mode and leaves it there",
+        "Remember every module's training flag and restore it afterwards, in a finally block.",
+        {"generate": generate_with(leaves_eval=True)},
+    ),
+    Misconception(
+        "generate_with_grad", "generation that records gradients",
+        "Wrap the loop in torch.no_grad() (or torch.inference_mode()).",
+        {"generate": generate_with(with_grad=True)},
+    ),
+    Misconception(
+        "cache_positions_restart", "cached steps that look up positions from 0 again",
+        "The token fed at step s sits at position T + s: pos_emb(torch.arange(start, start + t)).",
+        {"generate_cached": cached_with(restart_positions=True)},
+    ),
+    Misconception(
+        "cache_never_appended", "a cache that keeps the prompt's keys and values but never appends the new ones",
+        "Append every step's keys and values to its layer's cache before attending.",
+        {"generate_cached": cached_with(not_appended=True)},
+    ),
+    Misconception(
+        "cache_recomputes_prefix", "cached steps that recompute the keys and values of the whole prefix",
+        "Feed only the newest token at each step: its key and value are the only new ones.",
+        {"generate_cached": cached_with(recompute=True)},
+    ),
+    Misconception(
+        "cache_causal_one_query", "a causal mask aligned to the top-left corner on the cached steps",
+        "One new query may see every cached position: no mask. (is_causal=True with one query and many keys lets "
+        "it see key 0 only.)",
+        {"generate_cached": cached_with(causal_one_query=True)},
+    ),
+    Misconception(
+        "cache_prefill_unmasked", "a prompt run through the cache without the causal mask",
+        "In the prefill, query i may only see keys 0..i: apply the causal mask when t > 1.",
+        {"generate_cached": cached_with(prefill_unmasked=True)},
+    ),
+    Misconception(
+        "cache_no_limit_check", "no check of context_length before generating with the cache",
+        "Check T + max_new_tokens against model.config.context_length up front and raise a ValueError naming it.",
+        {"generate_cached": cached_with(no_limit_check=True)},
+    ),
+    Misconception(
+        "cache_own_sampler", "a cached generator that draws its tokens its own way instead of calling sample_next",
+        "Draw with sample_next(logits, temperature, top_k, generator), exactly as generate does: another sampler "
+        "(Gumbel-max, say) may have the right distribution but consumes the generator differently, so the same "
+        "generator state no longer gives the same tokens.",
+        {"generate_cached": cached_with(own_sampler=True)},
+    ),
+    Misconception(
+        "cache_scale_d_model", "cached attention scaled by sqrt(d_model) instead of sqrt(d_head)",
+        "Each head's scores are divided by sqrt(d_model // n_heads).",
+        {"generate_cached": cached_with(scale="d_model")},
+    ),
+)
+
+
+# ---------------------------------------------------------------- the graded parts
+
+TIED_TOP_K = [[2.0, 1.0, 1.0, 0.5, -1.0, 0.0], [0.3, 0.3, 0.3, 2.0, -0.5, 1.2]]
+
+
+def _stat(name, what, rows, **settings):
+    return Check(name, f"{what} ({DRAWS:,} draws per row; a chi-square test that a correct sampler fails with "
+                 f"probability below {FALSE_FAIL:g})", 1, draws_inputs(rows, **settings), probe=draws_probe,
+                 oracle=draws_oracle)
+
+
+SAMPLE_CHECKS = (
+    Check("greedy", "temperature 0 on logits (5, 11): the argmax of each row", 1,
+          logits_inputs((5, 11), temperature=0), tol=Tolerance(0, 0)),
+    Check("greedy_float64", "temperature 0, float64 logits (1, 7)", 0.5, logits_inputs((1, 7), torch.float64,
+                                                                                         temperature=0)),
+    Check("top_k_one", "top_k=1 at temperature 1.3: greedy whatever the draw", 1,
+          lambda rng: Inputs((torch.from_numpy(rng.normal(size=(6, 9)) * 2).float(),),
+                             {"temperature": 1.3, "top_k": 1, "generator": None})),
+    _stat("frequencies_t1", "frequencies at temperature 1 for two rows of 5 logits",
+          [[1.0, 0.0, -0.5, 0.5, 0.2], [-1.0, 0.4, 0.4, 1.1, 0.0]], temperature=1.0),
+    _stat("frequencies_t07", "frequencies at temperature 0.7", [[1.0, 0.0, -0.5, 0.5, 0.2]], temperature=0.7),
+    _stat("frequencies_hot", "frequencies at temperature 2.5", [[2.0, -1.0, 0.5, 0.0]], temperature=2.5),
+    _stat("top_k_ties", "top_k=2 where the 2nd largest logit is tied (three tokens stay in)", TIED_TOP_K,
+          temperature=1.0, top_k=2),
+    _stat("top_k_three", "top_k=3 at temperature 0.8", [[0.1, 1.5, -0.3, 0.9, 0.7, -2.0]], temperature=0.8, top_k=3),
+    Check("same_seed", "two generators seeded alike give the same draws (64 rows of 6 logits)", 1,
+          logits_inputs((64, 6)), probe=same_seed_probe),
+    Check("inputs_unchanged", "the logits are not modified", 0.5, logits_inputs((3, 5), temperature=0.5),
+          kind="unchanged"),
+)
+
+
+def _tokens(part, name, what, points, fields, batch, prompt, new, **settings):
+    return Check(name, what, points, generation_inputs(fields, batch, prompt, new, **settings),
+                 probe=tokens_probe(part), oracle=tokens_oracle)
+
+
+GENERATE_CHECKS = (
+    _tokens("generate", "greedy", "greedy, one prompt of 1 token, 8 new tokens", 1, SMALL, 1, 1, 8, temperature=0),
+    _tokens("generate", "sampled", "temperature 1, 2 prompts of 4 tokens, 8 new tokens (the same generator state "
+            "as the reference)", 1, SMALL, 2, 4, 8, temperature=1.0),
+    _tokens("generate", "top_k", "temperature 0.7 with top_k=5, 3 prompts, a model with 3 layers and 4 heads", 1,
+            WIDE, 3, 3, 6, temperature=0.7, top_k=5),
+    _tokens("generate", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 3, 0, temperature=1.0),
+    _tokens("generate", "past_context", "a 13-token prompt and 7 new tokens in a 16-token context (keep the last "
+            "16 as input)", 1, SMALL, 2, 13, 7, temperature=0.9),
+    Check("no_grad", "computes without gradients", 0.5, generation_inputs(SMALL, 1, 3, 4, temperature=1.0),
+          probe=trace_probe("generate", "no_grad"), oracle=facet_oracle),
+    Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
+          generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate"),
+          oracle=leaves_model_oracle),
+)
+
+
+def _cache_facet(name, facet, what, fields, batch, prompt, new, **settings):
+    return Check(name, what, 1, generation_inputs(fields, batch, prompt, new, **settings),
+                 probe=trace_probe("generate_cached", facet), oracle=facet_oracle, tol=LOGITS)
+
+
+CACHED_CHECKS = (
+    _tokens("generate_cached", "greedy_one_token", "greedy from a 1-token prompt, 10 new tokens: the same tokens "
+            "as generate", 1, SMALL, 1, 1, 10, temperature=0),
+    _tokens("generate_cached", "sampled_batch", "temperature 1, 3 prompts of 5 tokens: the same tokens as generate "
+            "for the same generator state", 1, SMALL, 3, 5, 9, temperature=1.0),
+    _tokens("generate_cached", "temperature_top_k", "temperature 0.7, top_k=4, a model with 3 layers and 4 heads",
+            1, WIDE, 2, 6, 10, temperature=0.7, top_k=4),
+    _tokens("generate_cached", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 4, 0),
+    _tokens("generate_cached", "fills_context", "prompt 4 + 12 new tokens = context_length 16 exactly", 0.5,
+            SMALL, 1, 4, 12, temperature=0),
+    _cache_facet("step_logits", "steps", "the logits of every cached step equal a full forward pass of the same "
+                 "prefix", SMALL, 2, 5, 7, temperature=0),
+    _cache_facet("step_logits_wide", "steps", "the same, 3 layers, 4 heads, untied", WIDE, 1, 3, 6, temperature=1.0),
+    _cache_facet("positions", "positions", "positions continue past the prompt (pos_emb sees every position once)",
+                 SMALL, 2, 5, 6, temperature=1.0),
+    _cache_facet("keys_once", "keys", "each step computes keys and values for its new token only, in every layer",
+                 WIDE, 2, 4, 6, temperature=0),
+    Check("context_limit", "T + max_new_tokens > context_length raises a ValueError naming the limit", 1,
+          generation_inputs(SMALL, 1, 10, 7, temperature=0), probe=limit_probe("generate_cached"),
+          oracle=limit_error_oracle),
+    Check("no_grad", "computes without gradients", 0.5, generation_inputs(SMALL, 1, 3, 4, temperature=1.0),
+          probe=trace_probe("generate_cached", "no_grad"), oracle=facet_oracle),
+    Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
+          generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate_cached"),
+          oracle=leaves_model_oracle),
+)
+
+PARTS = (
+    Part("sample_next", checks=SAMPLE_CHECKS, diagnose=diagnose),
+    Part("generate", checks=GENERATE_CHECKS, diagnose=diagnose, uses=("sample_next",)),
+    Part("generate_cached", checks=CACHED_CHECKS, diagnose=diagnose, uses=("sample_next",)),
+)
+
+UNIT = Unit(
+    UNIT_NAME,
+    parts=PARTS,
+    misconceptions=MISCONCEPTIONS,
+    sample_bug=SampleBug("generate_cached", "torch.arange(start, end, device=tokens.device)",
+                         "torch.arange(0, end - start, device=tokens.device)", "cache_positions_restart"),
+)

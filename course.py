@@ -6,7 +6,8 @@
     python3 course.py lab      # open the course in JupyterLab
     python3 course.py build    # regenerate quiz cells, grade cells and the student release
     python3 course.py check UNIT PATH [--json]   # grade one notebook or .py file
-    python3 course.py bench generation           # benchmarks that print figures
+    python3 course.py bench generation|attention # benchmarks that print figures
+    python3 course.py train [--minutes M] [--device D]   # train the course's GPT on the shipped corpus
 
 Every task first makes sure `.venv/` exists and holds what `requirements.txt` pins (it
 reinstalls only when that file changes), then runs inside it. Needs nothing but Python 3.11.
@@ -34,6 +35,7 @@ TASKS = {
     "build": ["-m", "autograder", "build"],
     "check": ["-m", "autograder", "check"],
     "bench": ["-m", "autograder", "bench"],
+    "train": ["-m", "autograder", "train"],
     "lab": ["-m", "jupyter", "lab", "--notebook-dir", str(ROOT)],
 }
 

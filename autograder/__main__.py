@@ -6,11 +6,12 @@ USAGE = """usage:
   python -m autograder check <unit> <path> [--json]   grade a notebook or .py file
   python -m autograder build [--check]                regenerate quiz/grade cells and exercises/
   python -m autograder demo                           the instructor's loop on the sample class
-  python -m autograder bench <what>                   benchmarks that print figures (generation)"""
+  python -m autograder bench <what>                   benchmarks that print figures (generation, attention)
+  python -m autograder train [--minutes M] [--device D]   train the course's GPT on the shipped corpus"""
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"check", "build", "demo", "bench"}:
+    if not argv or argv[0] not in {"check", "build", "demo", "bench", "train"}:
         print(USAGE)
         return 2
     command, rest = argv[0], argv[1:]
@@ -20,6 +21,8 @@ def main(argv: list[str]) -> int:
         from .build import main as run
     elif command == "bench":
         from .bench import main as run
+    elif command == "train":
+        from .train import main as run
     else:
         from .demo import main as run
     return run(rest)

@@ -94,6 +94,9 @@ class Part:
     # "function", or "class": then a catalogued variant of this part is variant(ref) -> a
     # wrong class, used in place of the reference's in the probes.
     kind: str = "function"
+    # Seconds one call of the student's function may take, where the default (CHECK_SECONDS)
+    # is too short: a few training steps, say.
+    seconds: float | None = None
     # Classes the course gives out in later units ("coursekit.gpt.GPT"): a student's class
     # that is one of them, or derives from one, earns nothing here.
     not_from: tuple[str, ...] = ()
@@ -408,6 +411,7 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     mistake is named); the results are then those of the checks run so far.
     """
     part = unit.part(part_name)
+    seconds = max(seconds, part.seconds or 0.0)
     ref = load_reference(unit.name)
     reference_fn = getattr(ref, part.name)
     kind = student.kind(part.name)
@@ -498,7 +502,9 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         if problem is None:
             results.append(result(check, True, f"{check.what}: correct"))
             continue
-        mistake = match_misconception(unit, part, ref, inputs, outcome, expected.value, check.tol, check.probe)
+        # An unfinished part (NotImplementedError) is not a mistake to name: skip the catalogue.
+        mistake = None if outcome.error_type == "NotImplementedError" else match_misconception(
+            unit, part, ref, inputs, outcome, expected.value, check.tol, check.probe)
         message = f"{check.what}: {problem}."
         if mistake:
             message += f" This looks like {mistake.description}. {mistake.hint}"

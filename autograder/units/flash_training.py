@@ -1,0 +1,560 @@
+"""Unit 07, FlashAttention and training (PyTorch): the hidden checks and the misconception catalogue.
+
+The reference is the solution notebook (`solutions/07_flash_training/flash_training.ipynb`);
+attention results are also checked against an oracle written here in float64.
+
+- `flash_attention`'s structure is checked by a census of every tensor the call creates (a
+  `TorchDispatchMode` in the student's worker, `census_call`): apart from tensors no larger
+  than the inputs, none may exceed the contract's B*H*block*max(block, d) elements.
+- `time_fn` is handed a function of the grader's whose calls take known, different times
+  (a callback that sleeps here), so the median, the warm-up and the per-call division show.
+- `train` trains the course's own GPT (`coursekit.gpt.GPT`, built in the worker) for a few
+  steps on the CPU while the grader watches: the bytes fed to the model, and, for one
+  parameter, each backward pass's gradient against what `.grad` holds after it (equal when
+  the gradients were cleared). The trained model is then scored on held-out text.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import types
+
+import numpy as np
+import torch
+
+from ..compare import Tolerance, compare_arrays, describe
+from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
+
+UNIT_NAME = "07_flash_training"
+MODEL = "coursekit.gpt.GPT"
+F32 = Tolerance(rtol=1e-4, atol=2e-5)
+F64 = Tolerance(rtol=1e-9, atol=1e-10)
+FORBID = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention")
+TINY = dict(vocab_size=256, context_length=32, d_model=32, n_layers=2, n_heads=2, d_ff=None, tie_weights=True)
+
+
+# ---------------------------------------------------------------- attention
+
+
+def qkv_inputs(shape, dtype=torch.float32, **kwargs):
+    def make(rng):
+        q, k, v = (torch.from_numpy(rng.normal(size=shape)).to(dtype) for _ in range(3))
+        return Inputs((q, k, v), kwargs)
+
+    return make
+
+
+def attention_oracle(inputs: Inputs):
+    """softmax(q k^T / sqrt(d)) v in float64 with einsum, then back to the inputs' dtype."""
+    q, k, v = (t.double() for t in inputs.args)
+    scores = torch.einsum("bhid,bhjd->bhij", q, k) / math.sqrt(q.shape[-1])
+    if inputs.kwargs.get("causal", True):
+        T = q.shape[-2]
+        scores = scores.masked_fill(torch.ones(T, T, dtype=torch.bool).triu(1), -math.inf)
+    return torch.einsum("bhij,bhjd->bhid", torch.softmax(scores, dim=-1), v).to(inputs.args[0].dtype)
+
+
+def invariance_probe(api, inputs: Inputs):
+    """Block 16 against block 128 on the same inputs: the difference must be round-off."""
+    small = api.call("flash_attention", *inputs.args, causal=True, block_size=16)
+    large = api.call("flash_attention", *inputs.args, causal=True, block_size=128)
+    if not isinstance(small, torch.Tensor) or not isinstance(large, torch.Tensor) or small.shape != large.shape:
+        return {"difference": None}
+    return {"difference": (small - large).abs().max().item()}
+
+
+def census_probe(api, inputs: Inputs):
+    q = inputs.args[0]
+    block = inputs.kwargs["block_size"]
+    out, census = api.census_call("flash_attention", *inputs.args, **inputs.kwargs)
+    B, H, T, d = q.shape
+    limit = max(B * H * block * max(block, d), q.numel())
+    too_big = [[list(shape), n] for shape, n in census if math.prod(shape) > limit]
+    return {"largest": too_big[:3], "limit": limit, "T": T, "block": block}
+
+
+def census_oracle(inputs: Inputs):
+    q = inputs.args[0]
+    B, H, T, d = q.shape
+    block = inputs.kwargs["block_size"]
+    return {"largest": [], "limit": max(B * H * block * max(block, d), q.numel()), "T": T, "block": block}
+
+
+def diagnose_census(result, expected) -> str | None:
+    if not isinstance(result, dict) or "largest" not in result:
+        return f"could not follow the call ({describe(result)})"
+    if result["largest"] == expected["largest"]:
+        return None
+    shape = result["largest"][0][0] if result["largest"] else None
+    T, block = expected["T"], expected["block"]
+    what = ""
+    if shape and shape[-2:] == [T, T]:
+        what = ": that is the whole (T, T) score matrix or mask, which tiling exists to avoid"
+    elif shape and T in shape[-2:] and block in shape[-2:]:
+        what = ": a block of queries against all the keys; sweep the keys one block at a time too"
+    return (f"the call created a tensor of shape {tuple(shape) if shape else '?'} ({math.prod(shape or [0]):,} "
+            f"elements), more than the {expected['limit']:,} the contract allows at T = {T}, block_size = {block}"
+            f"{what}")
+
+
+# ---------------------------------------------------------------- time_fn
+
+
+class KnownDurations:
+    """A function whose calls take the given durations in turn (it sleeps here, in the grader)."""
+
+    def __init__(self, seconds: list[float]):
+        self.seconds, self.calls = list(seconds), 0
+
+    def __call__(self, *args):
+        duration = self.seconds[min(self.calls, len(self.seconds) - 1)]
+        self.calls += 1
+        time.sleep(duration)
+        return None
+
+
+# warm-up calls are slow (caches, allocation); the timed ones have one slow outlier
+# (median 100 ms; the mean is 148, the fastest 40, the total 740, and with the warm-up timed too, 200)
+WARMUP, TIMED = [0.3, 0.3, 0.3], [0.04, 0.12, 0.08, 0.40, 0.10]
+
+
+def time_inputs(warmup, timed, positional=False):
+    def make(rng):
+        return Inputs((), {"durations": warmup + timed, "warmup": len(warmup), "repeats": len(timed),
+                           "positional": positional})
+
+    return make
+
+
+def time_probe(api, inputs: Inputs):
+    fn = KnownDurations(inputs.kwargs["durations"])
+    if inputs.kwargs["positional"]:  # extra arguments are passed on to fn
+        value = api.call("time_fn", fn, torch.zeros(2), "x", warmup=inputs.kwargs["warmup"],
+                         repeats=inputs.kwargs["repeats"])
+    else:
+        value = api.call("time_fn", fn, warmup=inputs.kwargs["warmup"], repeats=inputs.kwargs["repeats"])
+    return {"seconds": value, "calls": fn.calls}
+
+
+def time_oracle(inputs: Inputs):
+    timed = sorted(inputs.kwargs["durations"][inputs.kwargs["warmup"]:])
+    middle = [timed[len(timed) // 2]] if len(timed) % 2 else [timed[len(timed) // 2 - 1], timed[len(timed) // 2]]
+    # with an even count, either middle value is the contract's median, and so is their mean
+    return {"seconds": float(np.median(timed)), "accept": sorted(set(middle) | {float(np.median(timed))}),
+            "calls": len(inputs.kwargs["durations"])}
+
+
+TIME_TOLERANCE = 0.02  # seconds: sleep and a callback's round trip overshoot, by more on a busy machine
+
+
+def diagnose_time(result, expected) -> str | None:
+    if not isinstance(result, dict):
+        return f"could not time ({describe(result)})"
+    seconds = result.get("seconds")
+    if not isinstance(seconds, int | float) or isinstance(seconds, bool):
+        return f"time_fn returned {describe(seconds)}, expected a number of seconds"
+    if result.get("calls") != expected["calls"]:
+        return (f"fn was called {result.get('calls')} times, expected {expected['calls']} (warmup + repeats)")
+    accept = expected.get("accept") or [expected["seconds"]]
+    if all(abs(seconds - want) > TIME_TOLERANCE for want in accept):
+        wanted = " or ".join(f"{want * 1000:.1f}" for want in accept)
+        return f"returned {seconds * 1000:.1f} ms, expected about {wanted} ms"
+    return None
+
+
+# ---------------------------------------------------------------- train
+
+
+def train_inputs(steps, seed, **extra):
+    def make(rng):
+        return Inputs((), {"fields": TINY, "steps": steps, "seed": seed, **extra})
+
+    return make
+
+
+def train_probe(facet: str):
+    def probe(api, inputs: Inputs):
+        config = api.record(**inputs.kwargs["fields"])
+        model = api.given(MODEL, config)
+        api.method(model, "load_state_dict", initial_state(inputs))  # the same start everywhere
+        api.watch(model, {"token_emb": "input", "param:blocks.0.attn.q_proj.weight": "accumulate"})
+        losses = api.call("train", config, inputs.kwargs["steps"], device="cpu", model=model,
+                          seed=inputs.kwargs["seed"])
+        records = api.watched(model)
+        return train_facets(api, model, losses, records, inputs)[facet]
+
+    return probe
+
+
+def initial_state(inputs: Inputs) -> dict:
+    """The course GPT's own initialisation, drawn from the check's seed."""
+    from coursekit.gpt import GPT
+
+    torch.manual_seed(inputs.kwargs["seed"])
+    return GPT(types.SimpleNamespace(**inputs.kwargs["fields"])).state_dict()
+
+
+def baselines() -> dict:
+    """Unigram and bigram cross-entropy of the held-out bytes under counts from the training bytes
+    (add-one smoothing), in nats per byte."""
+    from coursekit import corpus
+
+    train_bytes, held = (t.long() for t in corpus.split())
+    unigram = torch.bincount(train_bytes, minlength=256).double() + 1
+    unigram_loss = -torch.log(unigram / unigram.sum())[held].mean().item()
+    pairs = torch.zeros(256, 256, dtype=torch.float64).index_put_(
+        (train_bytes[:-1], train_bytes[1:]), torch.ones(len(train_bytes) - 1, dtype=torch.float64), accumulate=True)
+    pairs += 1
+    bigram = pairs / pairs.sum(dim=1, keepdim=True)
+    bigram_loss = -torch.log(bigram[held[:-1], held[1:]]).mean().item()
+    return {"unigram": unigram_loss, "bigram": bigram_loss}
+
+
+def held_out_windows(length: int, count: int = 8, seed: int = 7):
+    from coursekit import corpus
+
+    _, held = corpus.split()
+    starts = torch.randint(0, len(held) - length - 1, (count,), generator=torch.Generator().manual_seed(seed))
+    rows = torch.stack([held[s:s + length + 1] for s in starts.tolist()]).long()
+    return rows[:, :-1], rows[:, 1:]
+
+
+def train_facets(api, model, losses, records, inputs: Inputs) -> dict:
+    steps = inputs.kwargs["steps"]
+
+    def facet(ok, detail, message=None):
+        return {"ok": bool(ok), "detail": detail, "message": None if ok else message}
+
+    out = {}
+    numbers = isinstance(losses, list | tuple) and len(losses) == steps and all(
+        isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in losses)
+    out["losses"] = facet(numbers, None, f"train should return a list of {steps} finite floats, one per step; got "
+                          f"{describe(losses)}")
+    if numbers:
+        first, last = float(np.mean(losses[:3])), float(np.mean(losses[-5:]))
+        out["decreases"] = facet(last < first - 0.5, last < first - 0.5,
+                                 f"the loss went from {first:.2f} (first 3 steps) to {last:.2f} (last 5): it should "
+                                 "drop by well over 0.5 nats in this many steps (is optimizer.step() called, on the "
+                                 "model's parameters?)")
+    else:
+        out["decreases"] = out["losses"]
+
+    grads = [r for r in records if isinstance(r, dict) and str(r.get("module", "")).startswith("param:")]
+    piled = [i for i, r in enumerate(grads) if isinstance(r.get("incoming"), float) and isinstance(
+        r.get("accumulated"), float) and abs(r["accumulated"] - r["incoming"]) > 1e-6 * max(1.0, r["incoming"])]
+    if not grads:
+        out["zero_grad"] = facet(False, None, "the model's parameters received no gradient: call loss.backward()")
+    else:
+        out["zero_grad"] = facet(not piled, len(piled) > 0,
+                                 f"from backward pass {piled[0] + 1 if piled else 0} on, .grad held more than that "
+                                 "pass's gradient: the gradients of earlier steps piled up. Call "
+                                 "optimizer.zero_grad() before every loss.backward()")
+
+    # the bytes fed to the model come from the training part
+    from coursekit import corpus
+
+    train_part, held_part = corpus.split()
+    train_text, held_text = bytes(train_part.tolist()), bytes(held_part.tolist())
+    windows = [r.get("input") for r in records if isinstance(r, dict) and r.get("module") == "token_emb"][:3]
+    rows = [bytes(row.tolist()) for w in windows if isinstance(w, torch.Tensor) and w.ndim == 2 and w.numel()
+            and int(w.min()) >= 0 and int(w.max()) < 256 for row in w]
+    # A window counts as training text when the training part contains it (boilerplate that also
+    # occurs in the held-out part is fine); one found in the held-out part alone is not.
+    outside = [row for row in rows if train_text.find(row) < 0]
+    held_only = sum(held_text.find(row) >= 0 for row in outside)
+    out["training_part"] = facet(bool(rows) and not outside, [len(outside), held_only],
+                                 "the windows fed to the model are not from the training part (the first 90% of "
+                                 "the corpus): the last 10% is held out, for measuring, never for training"
+                                 if rows else "the grader saw no windows of bytes fed to model.token_emb")
+
+    # the trained model predicts the NEXT byte of held-out text
+    x, y = held_out_windows(inputs.kwargs["fields"]["context_length"])
+    try:
+        logits = api.forward(model, x)
+        held_loss = float(torch.nn.functional.cross_entropy(logits.detach().float().flatten(0, 1), y.flatten()))
+    except Exception:  # noqa: BLE001 - a model left unusable by the student's train
+        held_loss = math.inf
+    base = baselines()
+    last_train = float(np.mean(losses[-5:])) if numbers else math.inf
+    leak = numbers and last_train < 0.5 * base["bigram"]
+    learned = held_loss < base["unigram"] - 0.1
+    out["next_byte"] = facet(learned and not leak, [learned, bool(leak)],
+                             (f"the training loss fell to {last_train:.2f} nats, far below what predicting the next "
+                              f"byte allows this early (a bigram model scores {base['bigram']:.2f}): the targets "
+                              "leak the answer. The target of position t is the byte at t + 1: "
+                              "inputs = window[:, :-1], targets = window[:, 1:]") if leak else
+                             (f"after training, the model's held-out loss on the next byte is {held_loss:.2f} nats, "
+                              f"no better than counting bytes (unigram: {base['unigram']:.2f}): are the targets the "
+                              "next bytes, window[:, 1:]?"))
+    return out
+
+
+def facet_oracle(inputs: Inputs):
+    return {"ok": True, "detail": None, "message": None}
+
+
+# ---------------------------------------------------------------- comparing results
+
+
+def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    if isinstance(expected, dict) and "largest" in expected:
+        return diagnose_census(result, expected)
+    if isinstance(expected, dict) and "calls" in expected:
+        return diagnose_time(result, expected)
+    if isinstance(expected, dict) and "difference" in expected:
+        got = result.get("difference") if isinstance(result, dict) else None
+        if got is None:
+            return "block sizes 16 and 128 gave results of different shapes, or no tensor"
+        if expected["difference"] is None or got > 1e-5:
+            return f"block sizes 16 and 128 differ by up to {got:.3g}: the result should not depend on the tiling"
+        return None
+    if isinstance(expected, dict) and "ok" in expected:
+        if not isinstance(result, dict) or "ok" not in result:
+            return f"could not follow the training ({describe(result)})"
+        if result["ok"] != expected["ok"] or (not expected["ok"] and result.get("detail") != expected.get("detail")):
+            return result.get("message") or "the training does not match"
+        return None
+    if not isinstance(result, torch.Tensor):
+        return f"returned {describe(result)}, expected a tensor of shape {tuple(expected.shape)}"
+    if result.dtype != expected.dtype:
+        return f"the output has dtype {result.dtype}, expected {expected.dtype} (the inputs' dtype)"
+    if torch.isnan(result).any():
+        return ("the output holds NaN: a row whose scores were all -inf (a masked diagonal?), or exp of a large "
+                "number (is the running maximum subtracted?)")
+    return compare_arrays(result, expected, tol)
+
+
+# ---------------------------------------------------------------- the wrong variants
+
+
+def naive_with(scale=True, mask="lower", softmax_dim=-1):
+    def variant(reference, q, k, v, causal=True):
+        scores = q @ k.transpose(-2, -1) / (math.sqrt(q.shape[-1]) if scale else 1.0)
+        if causal:
+            T = q.shape[-2]
+            allowed = torch.ones(T, T, dtype=torch.bool)
+            allowed = allowed.tril() if mask == "lower" else allowed.triu()
+            scores = scores.masked_fill(~allowed, -math.inf)
+        return torch.softmax(scores, dim=softmax_dim) @ v
+
+    return variant
+
+
+def flash_with(no_rescale=False, no_division=False, diagonal="right", drop_partial=False, no_scale=False,
+               skip_diagonal_tile=False, sum_not_rescaled=False, full_rows=False):
+    def variant(reference, q, k, v, causal=True, block_size=64):
+        B, H, T, d = q.shape
+        scale = 1.0 if no_scale else 1.0 / math.sqrt(d)
+        out = torch.zeros_like(q)
+        last_row = T - T % block_size if drop_partial else T
+        for i in range(0, last_row, block_size):
+            qi = q[:, :, i:i + block_size] * scale
+            bq = qi.shape[-2]
+            m = torch.full((B, H, bq, 1), -math.inf, dtype=q.dtype)
+            l = torch.zeros((B, H, bq, 1), dtype=q.dtype)
+            acc = torch.zeros((B, H, bq, d), dtype=q.dtype)
+            if full_rows:
+                key_blocks = [(0, T)]
+            else:
+                end = (i if skip_diagonal_tile else min(T, i + bq)) if causal else T
+                key_blocks = [(j, min(T, j + block_size)) for j in range(0, max(end, 1), block_size)]
+            for j, j_end in key_blocks:
+                if drop_partial and j_end - j < block_size:
+                    continue
+                s = qi @ k[:, :, j:j_end].transpose(-2, -1)
+                if causal:
+                    rows = torch.arange(i, i + bq)[:, None] if diagonal == "right" else torch.arange(bq)[:, None]
+                    cols = torch.arange(j, j_end)[None, :] if diagonal == "right" else torch.arange(j_end - j)[None, :]
+                    s = s.masked_fill(cols > rows, -math.inf)
+                m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+                p = torch.exp(s - m_new)
+                correction = torch.exp(m - m_new)
+                l = (l if sum_not_rescaled else l * correction) + p.sum(dim=-1, keepdim=True)
+                acc = (acc if no_rescale else acc * correction) + p @ v[:, :, j:j_end]
+                m = m_new
+            out[:, :, i:i + bq] = acc if no_division else acc / l
+        return out
+
+    return variant
+
+
+def time_with(average="median", warmup_timed=False, total=False):
+    def variant(reference, fn, *args, warmup=3, repeats=10):
+        times = []
+        for _ in range(0 if warmup_timed else warmup):
+            fn(*args)
+        for _ in range(repeats + (warmup if warmup_timed else 0)):
+            start = time.perf_counter()
+            fn(*args)
+            times.append(time.perf_counter() - start)
+        if total:
+            return sum(times)
+        return {"median": float(np.median(times)), "mean": float(np.mean(times)), "min": min(times)}[average]
+
+    return variant
+
+
+def train_with(no_zero_grad=False, unshifted=False, held_out=False, no_step=False):
+    def variant(reference, config, steps, device=None, model=None, batch_size=16, lr=3e-3, seed=0):
+        from coursekit import corpus
+
+        generator = torch.Generator().manual_seed(seed)
+        torch.manual_seed(seed)
+        model = model.train()
+        train_bytes, held_bytes = corpus.split()
+        data = held_bytes if held_out else train_bytes
+        T = config.context_length
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, betas=(0.9, 0.95))
+        losses = []
+        for _ in range(steps):
+            starts = torch.randint(0, len(data) - T - 1, (batch_size,), generator=generator)
+            window = torch.stack([data[s:s + T + 1] for s in starts.tolist()]).long()
+            inputs, targets = (window[:, :-1], window[:, :-1]) if unshifted else (window[:, :-1], window[:, 1:])
+            loss = torch.nn.functional.cross_entropy(model(inputs).flatten(0, 1), targets.flatten())
+            if not no_zero_grad:
+                optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if not no_step:
+                optimizer.step()
+            losses.append(loss.item())
+        return losses
+
+    return variant
+
+
+MISCONCEPTIONS = (
+    Misconception("naive_no_scale", "scores not divided by sqrt(d)",
+                  "Divide q k^T by sqrt(d), the head size, before the softmax.",
+                  {"naive_attention": naive_with(scale=False)}),
+    Misconception("naive_mask_upper", "a causal mask that keeps the upper triangle (the future)",
+                  "Query i may see keys 0..i: keep the lower triangle, torch.ones(T, T).tril().",
+                  {"naive_attention": naive_with(mask="upper")}),
+    Misconception("naive_softmax_over_queries", "a softmax over the queries (dim=-2) instead of the keys",
+                  "Each query's weights over the keys sum to 1: softmax(scores, dim=-1).",
+                  {"naive_attention": naive_with(softmax_dim=-2)}),
+    Misconception("flash_no_rescale", "a running output that is not rescaled when the running maximum grows",
+                  "When m grows to m_new, the terms already summed were computed with the old maximum: multiply the "
+                  "running output (and the running sum) by exp(m - m_new) before adding the new tile.",
+                  {"flash_attention": flash_with(no_rescale=True)}),
+    Misconception("flash_sum_not_rescaled", "a running sum l that is not rescaled when the running maximum grows",
+                  "l = l * exp(m - m_new) + p.sum(-1): the running sum needs the same correction as the output.",
+                  {"flash_attention": flash_with(sum_not_rescaled=True)}),
+    Misconception("flash_no_final_division", "the final division by the running sum forgotten",
+                  "After the sweep over the key blocks, divide the running output by l: the exponentials were "
+                  "never normalised.",
+                  {"flash_attention": flash_with(no_division=True)}),
+    Misconception("flash_diagonal_local_indices", "the diagonal tile masked with the tile's own indices",
+                  "Compare global positions: query i + r against key j + c, not r against c.",
+                  {"flash_attention": flash_with(diagonal="local")}),
+    Misconception("flash_partial_tile_dropped", "the last partial tile dropped when block_size does not divide T",
+                  "range(0, T, block_size) and slicing q[:, :, i:i + block_size] handle a short last block; "
+                  "do not stop at T - T % block_size.",
+                  {"flash_attention": flash_with(drop_partial=True)}),
+    Misconception("flash_no_scale", "tiles whose scores are not scaled by 1/sqrt(d)",
+                  "Scale inside the tiles too: s = (q_i k_j^T) / sqrt(d) (or scale q_i once).",
+                  {"flash_attention": flash_with(no_scale=True)}),
+    Misconception("flash_skips_diagonal_tile", "a causal sweep that stops before the diagonal tile",
+                  "With causal=True the key blocks run up to and including the one that holds the diagonal.",
+                  {"flash_attention": flash_with(skip_diagonal_tile=True)}),
+    Misconception("flash_full_rows", "a query block run against all the keys at once",
+                  "Sweep the keys one block at a time as well; a (block, T) score tile is what tiling avoids.",
+                  {"flash_attention": flash_with(full_rows=True)}),
+    Misconception("time_mean", "the mean of the timed calls instead of their median",
+                  "Return the median (statistics.median): one slow call (a context switch, say) drags the mean.",
+                  {"time_fn": time_with(average="mean")}),
+    Misconception("time_min", "the fastest timed call instead of the median",
+                  "Return the median of the timed calls, as the contract asks.",
+                  {"time_fn": time_with(average="min")}),
+    Misconception("time_warmup_timed", "warm-up calls included in the timing",
+                  "Run the warm-up calls first, untimed, then time `repeats` calls.",
+                  {"time_fn": time_with(warmup_timed=True)}),
+    Misconception("time_total", "the total time of all timed calls instead of the time per call",
+                  "Time each call separately and return the median per call.",
+                  {"time_fn": time_with(total=True)}),
+    Misconception("train_no_zero_grad", "training without clearing the gradients",
+                  "Call optimizer.zero_grad() before every loss.backward(): .grad adds up otherwise.",
+                  {"train": train_with(no_zero_grad=True)}),
+    Misconception("train_targets_not_shifted", "targets equal to the inputs (not shifted by one)",
+                  "The target of position t is the byte at t + 1: inputs = window[:, :-1], targets = window[:, 1:].",
+                  {"train": train_with(unshifted=True)}),
+    Misconception("train_on_held_out", "training on the held-out part of the corpus",
+                  "Train on the first 90% (corpus.split()[0]); the last 10% is only for measuring.",
+                  {"train": train_with(held_out=True)}),
+    Misconception("train_no_step", "a training loop that never calls optimizer.step()",
+                  "After loss.backward(), optimizer.step() updates the parameters.",
+                  {"train": train_with(no_step=True)}),
+)
+
+
+# ---------------------------------------------------------------- the graded parts
+
+NAIVE_CHECKS = (
+    Check("causal", "causal, (2, 3, 7, 8) float32", 1, qkv_inputs((2, 3, 7, 8)), tol=F32, oracle=attention_oracle),
+    Check("not_causal", "causal=False, (1, 2, 5, 4)", 1, qkv_inputs((1, 2, 5, 4), causal=False), tol=F32,
+          oracle=attention_oracle),
+    Check("float64", "causal, float64 (1, 1, 9, 16)", 1, qkv_inputs((1, 1, 9, 16), torch.float64), tol=F64,
+          oracle=attention_oracle),
+    Check("one_position", "T = 1", 0.5, qkv_inputs((2, 2, 1, 8)), tol=F32, oracle=attention_oracle),
+    Check("inputs_unchanged", "q, k and v are not modified", 0.5, qkv_inputs((1, 2, 4, 4)), kind="unchanged"),
+)
+
+FLASH_CHECKS = (
+    Check("ragged_16", "T = 100, block_size 16 (a partial last block), causal", 1,
+          qkv_inputs((1, 2, 100, 8), block_size=16), tol=F32, oracle=attention_oracle),
+    Check("ragged_64", "T = 150, block_size 64, causal", 1, qkv_inputs((2, 2, 150, 16), block_size=64), tol=F32,
+          oracle=attention_oracle),
+    Check("not_causal", "T = 70, block_size 16, causal=False", 1,
+          qkv_inputs((1, 3, 70, 8), causal=False, block_size=16), tol=F32, oracle=attention_oracle),
+    Check("block_128", "T = 300, block_size 128, causal", 1, qkv_inputs((1, 2, 300, 32), block_size=128), tol=F32,
+          oracle=attention_oracle),
+    Check("float64", "float64, T = 45, block_size 16, causal", 1,
+          qkv_inputs((1, 2, 45, 8), torch.float64, block_size=16), tol=F64, oracle=attention_oracle),
+    Check("one_position", "T = 1", 0.5, qkv_inputs((2, 2, 1, 8), block_size=16), tol=F32, oracle=attention_oracle),
+    Check("large_scores", "scores of several hundred (inputs scaled by 30): the running maximum keeps exp finite", 1,
+          lambda rng: Inputs(tuple(torch.from_numpy(rng.normal(size=(1, 1, 40, 8)) * s).float() for s in (30, 30, 1)),
+                             {"block_size": 16}), tol=Tolerance(1e-3, 1e-4), oracle=attention_oracle),
+    Check("block_invariance", "block sizes 16 and 128 give the same result (T = 200)", 1,
+          qkv_inputs((1, 2, 200, 8)), probe=invariance_probe),
+    Check("tiles_only", "T = 512, block_size 64: no intermediate larger than B*H*block*max(block, d) "
+          "(no (T, T) scores or mask, no query block against all keys)", 2,
+          qkv_inputs((1, 2, 512, 16), block_size=64), probe=census_probe, oracle=census_oracle),
+    Check("inputs_unchanged", "q, k and v are not modified", 0.5, qkv_inputs((1, 2, 40, 8), block_size=16),
+          kind="unchanged"),
+)
+
+TIME_CHECKS = (
+    Check("median", "fn takes 40, 120, 80, 400, 100 ms after three warm-up calls of 300 ms: the median is 100 ms",
+          2, time_inputs(WARMUP, TIMED), probe=time_probe, oracle=time_oracle),
+    Check("passes_args", "the extra arguments are passed on to fn", 1,
+          time_inputs([0.05], [0.03, 0.09, 0.06], positional=True), probe=time_probe, oracle=time_oracle),
+    Check("even_repeats", "4 timed calls of 20, 140, 60, 100 ms: either middle value (60 or 100 ms) is accepted, "
+          "as is their mean", 1, time_inputs([0.1, 0.1], [0.02, 0.14, 0.06, 0.10]), probe=time_probe,
+          oracle=time_oracle),
+)
+
+TRAIN_CHECKS = tuple(
+    Check(name, what, points, train_inputs(steps, seed), probe=train_probe(facet), oracle=facet_oracle)
+    for name, facet, what, points, steps, seed in (
+        ("losses", "losses", "returns one finite float per step (40 steps)", 1, 40, 1),
+        ("decreases", "decreases", "the loss drops over 60 steps of a small GPT", 1, 60, 2),
+        ("zero_grad", "zero_grad", "the gradients are cleared before every backward pass", 1, 6, 3),
+        ("training_part", "training_part", "the batches come from the training part (the first 90%)", 1, 6, 4),
+        ("next_byte", "next_byte", "after 100 steps the model predicts the next byte of held-out text", 1, 100, 5),
+    )
+)
+
+PARTS = (
+    Part("naive_attention", checks=NAIVE_CHECKS, diagnose=diagnose, forbid=FORBID),
+    Part("flash_attention", checks=FLASH_CHECKS, diagnose=diagnose, forbid=FORBID),
+    Part("time_fn", checks=TIME_CHECKS, diagnose=diagnose),
+    Part("train", checks=TRAIN_CHECKS, diagnose=diagnose, seconds=60.0),
+)
+
+UNIT = Unit(
+    UNIT_NAME,
+    parts=PARTS,
+    misconceptions=MISCONCEPTIONS,
+    sample_bug=SampleBug("flash_attention", "acc = acc * correction + p @ vj", "acc = acc + p @ vj",
+                         "flash_no_rescale"),
+)

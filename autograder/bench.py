@@ -73,13 +73,13 @@ def bench_generation(new_tokens=(128, 256, 512), prompt_length=64, repeats=3, lo
 
 
 def bench_attention(log=print) -> dict:
-    """Naive (PyTorch's math composite, the whole score matrix), the reference tiled version of
-    unit 07 and the fused FlashAttention kernel: forward, causal, B=1, H=8, d=64."""
-    from coursekit.attention_bench import device_name, fused_attention, math_attention, measure
+    """Unit 07's reference `naive_attention` (the whole score matrix) and `flash_attention` (tiled),
+    and the fused FlashAttention kernel: forward, causal, B=1, H=8, d=64."""
+    from coursekit.attention_bench import device_name, fused_attention, measure
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     name = device_name(device)
-    tiled = load_reference("07_flash_training").flash_attention
+    reference = load_reference("07_flash_training")
     lengths = [256, 512, 1024, 2048, 4096] + ([8192, 16384] if device.type == "cuda" else [])
     limit = int(0.8 * torch.cuda.get_device_properties(device).total_memory) if device.type == "cuda" else 8 * 2**30
     # The fused FlashAttention kernel takes float32 on a CPU; on a GPU it needs bf16 or fp16.
@@ -88,7 +88,8 @@ def bench_attention(log=print) -> dict:
         f"torch {torch.__version__}")
     log(f"{'T':>6} {'naive ms':>10} {'tiled ms':>10} {'fused ms':>10} {'naive MiB':>10} {'tiled MiB':>10} "
         f"{'fused MiB':>10}")
-    implementations = {"naive": math_attention, "tiled": tiled, "fused": fused_attention}
+    implementations = {"naive": reference.naive_attention, "tiled": reference.flash_attention,
+                       "fused": fused_attention}
     rows = measure(implementations, lengths, B=1, H=8, d=64, dtype=dtype, device=device, memory_limit_bytes=limit,
                    repeats=3)
     table = {(r["implementation"], r["T"]): r for r in rows}
@@ -113,8 +114,9 @@ def bench_attention(log=print) -> dict:
 
 def bench_attention_bf16(device, log=print) -> dict:
     """B=4, H=16, d=64 in bf16 up to T=16384: the fused kernel's TFLOP/s beside a large matmul's."""
-    from coursekit.attention_bench import fused_attention, math_attention, measure
+    from coursekit.attention_bench import fused_attention, measure
 
+    naive = load_reference("07_flash_training").naive_attention
     n = 8192
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
@@ -123,7 +125,7 @@ def bench_attention_bf16(device, log=print) -> dict:
     matmul_tflops = 2 * n**3 / time_call(torch.matmul, (a, b), device, warmup=3, repeats=10) / 1e12
     del a, b
     limit = int(0.85 * torch.cuda.get_device_properties(device).total_memory)
-    rows = measure({"naive": math_attention, "fused": fused_attention}, [1024, 2048, 4096, 8192, 16384], B=4, H=16,
+    rows = measure({"naive": naive, "fused": fused_attention}, [1024, 2048, 4096, 8192, 16384], B=4, H=16,
                    d=64, dtype=torch.bfloat16, device=device, memory_limit_bytes=limit, repeats=5)
     log(f"bf16, B=4, H=16, d=64, causal; a {n}x{n} bf16 matmul runs at {matmul_tflops:.0f} TFLOP/s")
     log(f"{'T':>6} {'naive ms':>10} {'fused ms':>10} {'fused TFLOP/s':>14} {'naive GB':>10} {'fused MB':>10}")

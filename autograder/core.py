@@ -419,6 +419,11 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     # so that a bug in `softmax` costs points once, not again in every caller.
     stubs = {name: getattr(ref, name) for name in part.uses if hasattr(ref, name)}
     stubs.update(dict(part.library_stubs))
+    # Say so when a failure is reported: the helpers' behaviour in it is the reference's, not the student's.
+    helpers = sorted(stubs)
+    swapped_note = (f" (While `{part.name}` was checked, the {' and '.join(f'`{n}`' for n in helpers)} it calls "
+                    f"{'was' if len(helpers) == 1 else 'were'} the reference's, not yours: this is about "
+                    f"`{part.name}` itself.)") if helpers else ""
 
     def result(check, passed, message, mistake=None):
         return CheckResult(
@@ -508,6 +513,8 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         message = f"{check.what}: {problem}."
         if mistake:
             message += f" This looks like {mistake.description}. {mistake.hint}"
+        if swapped_note and outcome.error_type != "NotImplementedError":
+            message += swapped_note
         results.append(result(check, False, message, mistake))
         if stop_after is not None and stop_after(results[-1]):
             return results

@@ -300,3 +300,12 @@ def test_the_model_given_to_later_units_earns_nothing_in_unit_05(source):
         results = grade_part(UNITS["05_model"], "GPT", student)
     assert all(not r.passed for r in results)
     assert "ready-made `coursekit.gpt.GPT`" in results[0].message
+
+
+def test_a_failure_says_which_helpers_were_the_references():
+    spec = UNITS["01_attention"]
+    mistake = next(m for m in spec.misconceptions if "scaled_dot_product_attention" in m.variants)
+    namespace = variant_namespace(spec.part("scaled_dot_product_attention"), load_reference("01_attention"),
+                                  mistake.variants["scaled_dot_product_attention"])
+    failed = [r for r in grade_part(spec, "scaled_dot_product_attention", trusted(namespace)) if not r.passed]
+    assert failed and all("the `softmax` it calls was the reference's, not yours" in r.message for r in failed)

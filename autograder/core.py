@@ -47,6 +47,30 @@ class Misconception:
     variants: dict[str, Callable]
 
 
+# ---------------------------------------------------------------- facets
+# A probe that watches how the student's code ran (the calls a model saw, the gradients a
+# training loop left) reports one facet per check: {"ok", "detail", "message"}. The reference
+# passes every facet; a catalogued variant matches a student whose facet fails with the same detail.
+
+
+def facet(ok, detail, message=None) -> dict:
+    return {"ok": bool(ok), "detail": detail, "message": None if ok else message}
+
+
+def facet_oracle(inputs) -> dict:
+    return facet(True, None)
+
+
+def diagnose_facet(result, expected: dict, what: str) -> str | None:
+    if not isinstance(result, dict) or "ok" not in result:
+        from .compare import describe
+
+        return f"could not follow {what} ({describe(result)})"
+    if result["ok"] != expected["ok"] or (not expected["ok"] and result.get("detail") != expected.get("detail")):
+        return result.get("message") or f"{what} does not match"
+    return None
+
+
 # diagnose(result, expected, inputs, tol) -> None when they agree, else a sentence.
 Diagnose = Callable[[object, object, Inputs, Tolerance], "str | None"]
 

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ..compare import Tolerance, compare_arrays, describe
-from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
+from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit, diagnose_facet, facet, facet_oracle
 
 UNIT_NAME = "07_flash_training"
 MODEL = "coursekit.gpt.GPT"
@@ -223,9 +223,6 @@ def held_out_windows(length: int, count: int = 8, seed: int = 7):
 def train_facets(api, model, losses, records, inputs: Inputs) -> dict:
     steps = inputs.kwargs["steps"]
 
-    def facet(ok, detail, message=None):
-        return {"ok": bool(ok), "detail": detail, "message": None if ok else message}
-
     out = {}
     numbers = isinstance(losses, list | tuple) and len(losses) == steps and all(
         isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in losses)
@@ -290,10 +287,6 @@ def train_facets(api, model, losses, records, inputs: Inputs) -> dict:
     return out
 
 
-def facet_oracle(inputs: Inputs):
-    return {"ok": True, "detail": None, "message": None}
-
-
 # ---------------------------------------------------------------- comparing results
 
 
@@ -310,11 +303,7 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
             return f"block sizes 16 and 128 differ by up to {got:.3g}: the result should not depend on the tiling"
         return None
     if isinstance(expected, dict) and "ok" in expected:
-        if not isinstance(result, dict) or "ok" not in result:
-            return f"could not follow the training ({describe(result)})"
-        if result["ok"] != expected["ok"] or (not expected["ok"] and result.get("detail") != expected.get("detail")):
-            return result.get("message") or "the training does not match"
-        return None
+        return diagnose_facet(result, expected, "the training")
     if not isinstance(result, torch.Tensor):
         return f"returned {describe(result)}, expected a tensor of shape {tuple(expected.shape)}"
     if result.dtype != expected.dtype:

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..compare import Tolerance, describe
-from ..core import Check, Inputs, Misconception, Part, ProbeFailed, SampleBug, Unit
+from ..core import Check, Inputs, Misconception, Part, ProbeFailed, SampleBug, Unit, diagnose_facet, facet, facet_oracle
 from ..weights import random_state
 
 UNIT_NAME = "06_generation"
@@ -168,9 +168,6 @@ def facets(records, tokens, inputs: Inputs) -> dict:
     for r in records:
         by_module.setdefault(str(r.get("module")), []).append(r)
 
-    def facet(ok, detail, message=None):
-        return {"ok": bool(ok), "detail": detail, "message": None if ok else message}
-
     out = {}
     grad_on = [bool(r.get("grad")) for r in records]
     out["no_grad"] = facet(not any(grad_on), sum(grad_on),
@@ -304,10 +301,6 @@ def _steps_facet(logits_calls, fed, tokens, inputs, new) -> dict:
             message = (f"the logits of forward step {bad} have shape {describe(last)}, expected the last position's "
                        f"({inputs.args[0].shape[0]}, {inputs.kwargs['fields']['vocab_size']})")
     return {"ok": ok, "detail": verdicts, "message": message}
-
-
-def facet_oracle(inputs: Inputs):
-    return {"ok": True, "detail": None, "message": None}
 
 
 # ---------------------------------------------------------------- probes: leaving the model alone
@@ -451,11 +444,7 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
     if isinstance(expected, dict) and ("probabilities" in expected or "counts" in expected):
         return diagnose_draws(result, expected)
     if isinstance(expected, dict) and "ok" in expected:  # a facet of the trace
-        if not isinstance(result, dict) or "ok" not in result:
-            return f"could not follow the calls ({describe(result)})"
-        if result["ok"] != expected["ok"] or (not expected["ok"] and result.get("detail") != expected.get("detail")):
-            return result.get("message") or "the calls do not match"
-        return None
+        return diagnose_facet(result, expected, "the calls")
     if isinstance(expected, dict) and "error" in expected:
         if not isinstance(result, dict) or result.get("error") != expected["error"]:
             got = result.get("error") if isinstance(result, dict) else None

@@ -91,10 +91,11 @@ def decode_quiz(blob: str) -> Quiz:
 class QuizWidget:
     """One button per option; a click shows whether it holds up, and why."""
 
-    def __init__(self, quiz: Quiz):
+    def __init__(self, quiz: Quiz, blob: str | None = None):
         import ipywidgets as widgets
 
         self.quiz = quiz
+        self.blob = blob if blob is not None else encode_quiz(quiz)
         self.feedback = widgets.HTML(value="")
         self.buttons = []
         rows = []
@@ -124,14 +125,16 @@ class QuizWidget:
         letters = ", ".join(LETTERS[: len(self.quiz.options)])
         lines = [f"Self-check: {self.quiz.question}"]
         lines += [f"  {LETTERS[i]}. {o.text}" for i, o in enumerate(self.quiz.options)]
-        lines.append(f"(Widgets are not shown here: call answer(<this string>, letter) with {letters}.)")
+        # The quiz cell imports only show_quiz, so the fallback spells out the import too.
+        lines.append(f"(Widgets are not shown here. To answer, run: from coursekit.quiz import answer; "
+                     f'print(answer("{self.blob}", "A")), with your letter ({letters}) in place of A.)')
         bundle["text/plain"] = "\n".join(lines)
         return bundle
 
 
 def show_quiz(blob: str) -> QuizWidget:
     """Decode a quiz cell's string and show it as buttons (the cell's last value)."""
-    return QuizWidget(decode_quiz(blob))
+    return QuizWidget(decode_quiz(blob), blob)
 
 
 def answer(blob: str, choice: int | str) -> str:

@@ -399,40 +399,91 @@ def variant_namespace(part: Part, ref, variant) -> dict:
     return namespace
 
 
-def match_misconception(unit: Unit, part: Part, ref, inputs: Inputs, student_outcome: Outcome,
-                        expected, tol: Tolerance, probe=None) -> Misconception | None:
-    """The first catalogued mistake whose variant reproduces the student's result."""
+def _run_variant(part: Part, ref, variant, inputs: Inputs, probe=None) -> _Trusted:
+    if probe is not None:
+        return _probe_trusted(probe, variant_namespace(part, ref, variant), inputs.copy())
+    return _call_trusted(lambda *a, v=variant, **k: v(ref, *a, **k), inputs.copy())
+
+
+def matching_misconceptions(unit: Unit, part: Part, ref, inputs: Inputs, student_outcome: Outcome,
+                            expected, tol: Tolerance, probe=None) -> list[Misconception]:
+    """Every catalogued mistake whose variant reproduces the student's (wrong) result here."""
+    found = []
     for mistake in unit.misconceptions:
         variant = mistake.variants.get(part.name)
         if variant is None:
             continue
-        if probe is not None:
-            outcome = _probe_trusted(probe, variant_namespace(part, ref, variant), inputs.copy())
-        else:
-            outcome = _call_trusted(lambda *a, v=variant, **k: v(ref, *a, **k), inputs.copy())
+        outcome = _run_variant(part, ref, variant, inputs, probe)
         if outcome.error is not None:
             # A variant that fails on these inputs matches a student who fails the same way.
             if student_outcome.error is not None and student_outcome.error_type == type(outcome.error).__name__:
-                return mistake
+                found.append(mistake)
             continue
         if student_outcome.error is not None or student_outcome.timed_out:
             continue
         with quiet():
-            distinguishable = part.diagnose(outcome.value, expected, inputs, tol) is not None
-            same = part.diagnose(student_outcome.value, outcome.value, inputs, tol) is None
-        if distinguishable and same:
-            return mistake
-    return None
+            variant_problem = part.diagnose(outcome.value, expected, inputs, tol)
+            # Same answer: the variant's result taken as the expected one, or (for a probe that
+            # checks a property, such as "block sizes do not matter", and judges a result on its
+            # own) the very same complaint about both.
+            same = variant_problem is not None and (
+                part.diagnose(student_outcome.value, outcome.value, inputs, tol) is None
+                or (probe is not None
+                    and part.diagnose(student_outcome.value, expected, inputs, tol) == variant_problem))
+        if same:
+            found.append(mistake)
+    return found
+
+
+def variant_passes(mistake: Misconception, part: Part, ref, inputs: Inputs, expected, tol: Tolerance,
+                   probe=None) -> bool:
+    """Whether a catalogued mistake would pass this check too (as the student did)."""
+    outcome = _run_variant(part, ref, mistake.variants[part.name], inputs, probe)
+    if outcome.error is not None:
+        return False
+    with quiet():
+        return part.diagnose(outcome.value, expected, inputs, tol) is None
+
+
+@dataclass
+class _Seen:
+    """What one value check of a part saw, kept until the whole part is graded."""
+
+    check: Check
+    inputs: Inputs
+    expected: object
+    passed: bool
+    matches: list | None = None  # for a failed check: the catalogued mistakes that reproduce it
+
+
+def explain(unit: Unit, part: Part, ref, seen: list[_Seen]) -> Misconception | None:
+    """The one catalogued mistake that explains the whole part, or None.
+
+    A mistake explains the part when its variant reproduces the student's result on every
+    failed check; where several do, those that would fail a check the student passed are
+    set aside (run only then: some variants train a model). A one-bit answer (a verdict)
+    or an exception can be reproduced by several variants: the mistake is named only when
+    exactly one explains everything; otherwise the messages say what failed, without a guess.
+    """
+    failed = [s for s in seen if not s.passed]
+    if not failed or any(s.matches is None for s in failed):
+        return None
+    candidates = [m for m in failed[0].matches if all(m in s.matches for s in failed[1:])]
+    if len(candidates) > 1:  # the checks the student passed may still tell them apart
+        candidates = [m for m in candidates
+                      if all(variant_passes(m, part, ref, s.inputs, s.expected, s.check.tol, s.check.probe)
+                             for s in seen if s.passed)]
+    return candidates[0] if len(candidates) == 1 else None
 
 
 def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECONDS,
-               stop_after: Callable[[CheckResult], bool] | None = None) -> list[CheckResult]:
+               name_mistakes: bool = True) -> list[CheckResult]:
     """Run every check of one part against the student's function `part_name`.
 
     `student` is a `Student` (a submission in a sandboxed worker), or, in the course's own
-    tests of the graders, an `InProcessStudent` holding trusted code. With `stop_after`, the
-    checks stop at the first result it accepts (the course's tests use it to stop once a
-    mistake is named); the results are then those of the checks run so far.
+    tests of the graders, an `InProcessStudent` holding trusted code. Once every check has
+    run, a failed part is compared with the catalogue of mistakes (`explain`); with
+    `name_mistakes=False` it is not (a faster grade, for the course's own measurements).
     """
     part = unit.part(part_name)
     seconds = max(seconds, part.seconds or 0.0)
@@ -474,6 +525,8 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         return [result(check, False, why) for check in part.checks]
 
     results = []
+    seen: dict[int, _Seen] = {}  # index in `results` -> what that value check saw
+    unfinished = False  # NotImplementedError somewhere: an unfinished part, not a mistake to name
     gave_up = None  # once the function times out, its other checks are not run
     for check in part.checks:
         if gave_up:
@@ -497,19 +550,10 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
                 "(an infinite loop, or a loop that never ends for these shapes?)",
             ))
             continue
+        if outcome.error_type == "NotImplementedError":
+            unfinished = True
         if check.kind == "unchanged":
-            after_kwargs = outcome.kwargs_after if isinstance(outcome.kwargs_after, dict) else {}
-            if outcome.error is not None:
-                results.append(result(check, False, f"{check.what}: raised {outcome.error}"))
-            elif not (_same_arrays(outcome.args_after, inputs.args) and _same_arrays(
-                    [after_kwargs.get(k) for k in inputs.kwargs], list(inputs.kwargs.values()))):
-                results.append(result(
-                    check, False,
-                    f"{check.what}: your function changed its input arrays in place "
-                    "(use `x = x - ...` rather than `x -= ...` on an argument)",
-                ))
-            else:
-                results.append(result(check, True, f"{check.what}: inputs left untouched"))
+            results.append(result(check, *judge_unchanged(check, inputs, outcome)))
             continue
         if check.oracle is not None:
             expected = _call_trusted(lambda *a, o=check.oracle, **k: o(Inputs(a, k)), inputs.copy())
@@ -528,27 +572,58 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         else:
             with quiet():
                 problem = part.diagnose(outcome.value, expected.value, inputs, check.tol)
+        seen[len(results)] = _Seen(check, inputs, expected.value, passed=problem is None)
         if problem is None:
             results.append(result(check, True, f"{check.what}: correct"))
             continue
-        # An unfinished part (NotImplementedError) is not a mistake to name: skip the catalogue.
-        mistake = None if outcome.error_type == "NotImplementedError" else match_misconception(
-            unit, part, ref, inputs, outcome, expected.value, check.tol, check.probe)
-        message = f"{check.what}: {problem}."
+        if name_mistakes and outcome.error_type != "NotImplementedError":
+            seen[len(results)].matches = matching_misconceptions(
+                unit, part, ref, inputs, outcome, expected.value, check.tol, check.probe)
+        results.append(result(check, False, f"{check.what}: {problem}."))
+
+    failed = [i for i, s in seen.items() if not s.passed]
+    mistake = explain(unit, part, ref, list(seen.values())) if name_mistakes and failed and not unfinished else None
+    for i in failed:
         if mistake:
-            message += f" This looks like {mistake.description}. {mistake.hint}"
-        if swapped_note and outcome.error_type != "NotImplementedError":
-            message += swapped_note
-        results.append(result(check, False, message, mistake))
-        if stop_after is not None and stop_after(results[-1]):
-            return results
+            results[i].message += f" This looks like {mistake.description}. {mistake.hint}"
+            results[i].misconception = mistake.name
+        if swapped_note and not unfinished:
+            results[i].message += swapped_note
     return apply_requirements(part, results)
+
+
+def judge_unchanged(check: Check, inputs: Inputs, outcome: Outcome) -> tuple[bool, str]:
+    """(passed, message) for a check that the inputs are left as they were.
+
+    A call that raised is judged on the inputs as it left them, when the worker could send
+    them back: the exception costs the value checks, not this one as well.
+    """
+    after_kwargs = outcome.kwargs_after if isinstance(outcome.kwargs_after, dict) else {}
+    unchanged = _same_arrays(outcome.args_after, inputs.args) and _same_arrays(
+        [after_kwargs.get(k) for k in inputs.kwargs], list(inputs.kwargs.values()))
+    if outcome.error is not None and not (isinstance(outcome.args_after, tuple | list) and outcome.args_after):
+        return False, f"{check.what}: raised {outcome.error}"
+    if not unchanged:
+        return False, (f"{check.what}: your function changed its input arrays in place "
+                       "(use `x = x - ...` rather than `x -= ...` on an argument)")
+    if outcome.error is not None:
+        return True, (f"{check.what}: inputs left untouched (it raised {outcome.error}: that costs "
+                      "the value checks, not this one)")
+    return True, f"{check.what}: inputs left untouched"
 
 
 def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResult]:
     """Void the points of a passed check whose required checks failed."""
     passed = {check.name: r.passed for check, r in zip(part.checks, results, strict=True)}
     what = {check.name: check.what for check in part.checks}
+    # Leaving the inputs alone is only worth a point in a function that does something:
+    # one that raises, or returns nonsense, everywhere would otherwise earn it for free.
+    any_value_passed = any(r.passed for check, r in zip(part.checks, results, strict=True) if check.kind == "value")
+    for check, r in zip(part.checks, results, strict=True):
+        if check.kind == "unchanged" and r.passed and not any_value_passed:
+            r.passed, r.points = False, 0.0
+            r.message += (", but not counted: this point counts once at least one of the other checks passes "
+                          "(a function that fails them all leaves its inputs untouched too)")
     for check, r in zip(part.checks, results, strict=True):
         unmet = [name for name in check.requires if not passed[name]]
         if r.passed and unmet:

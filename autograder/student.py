@@ -248,7 +248,7 @@ class Student:
             except channel.ChannelError as err:
                 reply, reply_blobs = {"ok": False, "error": f"TypeError: {err}"}, []
             except Exception as err:  # noqa: BLE001 - the reference raised on the student's arguments
-                reply, reply_blobs = {"ok": False, "error": f"{type(err).__name__}: {err}"[:300]}, []
+                reply, reply_blobs = {"ok": False, "error": str(err)[:300], "type": type(err).__name__}, []
         channel.send(self.request_fd, reply, reply_blobs, deadline)
 
     def _encode_args(self, args, kwargs, blobs):
@@ -268,9 +268,15 @@ class Student:
         if not reply.get("ok"):
             if reply.get("unsendable"):
                 return Outcome(value=Unsendable(f"a value the grader cannot read ({reply.get('error')})"))
+            after = ((), {})
+            if "args_after" in reply:  # a call that raised, with the inputs as it left them
+                try:
+                    after = (channel.decode(reply["args_after"], blobs), channel.decode(reply["kwargs_after"], blobs))
+                except (channel.ChannelError, KeyError):
+                    pass
             return Outcome(error=str(reply.get("error", "failed"))[:400], error_type=str(reply.get("type") or ""),
                            where=reply.get("where") if isinstance(reply.get("where"), str) else None,
-                           timed_out=bool(reply.get("timed_out")))
+                           timed_out=bool(reply.get("timed_out")), args_after=after[0], kwargs_after=after[1])
         types = reply.get("types") if isinstance(reply.get("types"), dict) else {}
         try:
             decoded = {key: self._wrap(channel.decode(reply[key], blobs), types)
@@ -461,7 +467,14 @@ class InProcessStudent:
         except TimeLimitExceeded:
             return Outcome(error="did not finish in time", timed_out=True)
         except BaseException as err:  # noqa: BLE001 - a variant may raise on purpose
-            return Outcome(error=error_text(err), error_type=type(err).__name__)
+            after = ((), {})
+            if return_args:
+                try:
+                    after = round_trip((args, kwargs))
+                except channel.ChannelError:
+                    pass
+            return Outcome(error=error_text(err), error_type=type(err).__name__, args_after=after[0],
+                           kwargs_after=after[1])
         finally:
             unforbid(forbidden)
             _restore_globals(fn, swapped)

@@ -298,6 +298,9 @@ def offset_probe(api, inputs: Inputs):
     for m, n in ((3, 1), (7, 5), (12, 10)):
         rq = api.call("rope", q, torch.tensor([m]))
         rk = api.call("rope", k, torch.tensor([n]))
+        for rotated in (rq, rk):
+            if not isinstance(rotated, torch.Tensor) or rotated.shape != q.shape:
+                return rotated  # not a rotated copy of the input: the comparison says what it is
         dots.append((rq * rk).sum())
     return torch.stack(dots) - dots[0]
 

@@ -41,6 +41,22 @@ else:  # imported as autograder.worker.main (by tools that read the course tree)
     from . import channel
 
 
+
+def callback_error(reply: dict, name: str) -> Exception:
+    """The exception a failed call of the grader's function raises in the student's code: the
+    same built-in type the reference raised (a ValueError stays a ValueError, as it would in
+    the student's own notebook), else a RuntimeError."""
+    import builtins
+
+    message = str(reply.get("error", f"{name} failed"))
+    kind = getattr(builtins, str(reply.get("type", "")), None)
+    if isinstance(kind, type) and issubclass(kind, Exception) and not issubclass(kind, Warning):
+        try:
+            return kind(message)
+        except Exception:  # noqa: BLE001 - a built-in that wants other arguments (UnicodeError...)
+            pass
+    return RuntimeError(f"{reply.get('type') or 'error'}: {message}" if reply.get("type") else message)
+
 class TimeLimitExceeded(BaseException):
     """A BaseException, so a student's `except Exception:` does not swallow it."""
 
@@ -130,7 +146,7 @@ class Worker:
             worker.send(header, blobs)
             reply, reply_blobs = worker.receive()
             if not reply.get("ok"):
-                raise RuntimeError(reply.get("error", f"{name} failed"))
+                raise callback_error(reply, name)
             states = channel.decode(reply.get("generator_states", {"t": "list", "v": []}), reply_blobs)
             for generator, state in zip(generators, states, strict=False):
                 generator.set_state(state)  # advanced as far as the reference advanced it
@@ -200,6 +216,8 @@ class Worker:
     def op_call(self, header, blobs):
         swapped = {}
         forbidden = []
+        failure = None
+        args = kwargs = None
         try:
             args, kwargs = self.decode_args(header, blobs)
             target = header["target"]
@@ -237,9 +255,13 @@ class Worker:
             self.send({"ok": False, "timed_out": True, "error": "did not finish in time"})
             return
         except BaseException as err:  # noqa: BLE001 - student code may raise anything
-            self.send({"ok": False, "error": error_text(err), "type": type(err).__name__,
-                       "where": where_in_student_code(err)})
-            return
+            failure = {"ok": False, "error": error_text(err), "type": type(err).__name__,
+                       "where": where_in_student_code(err)}
+            if header.get("return_args") and args is not None:  # the inputs as the failed call left them
+                failure["after"] = (args, kwargs)
+            else:
+                self.send(failure)
+                return
         finally:
             for name, value in swapped.items():
                 if value is _MISSING:
@@ -247,6 +269,9 @@ class Worker:
                 else:
                     self.namespace[name] = value
             unforbid(forbidden)
+        if failure is not None:
+            self.reply_failure(failure)
+            return
         values = {"value": result}
         if census is not None:
             values["census"] = census.largest()
@@ -256,6 +281,17 @@ class Worker:
             values["args_after"] = args
             values["kwargs_after"] = kwargs
         self.reply_values(values, keep=bool(header.get("keep")))
+
+    def reply_failure(self, failure: dict) -> None:
+        """An exception, with the arguments as the call left them (for an inputs-unchanged check)."""
+        args, kwargs = failure.pop("after")
+        try:
+            self.arm(30.0)
+            self.encode_reply(failure, {"args_after": args, "kwargs_after": kwargs})
+        except BaseException:  # noqa: BLE001 - unsendable arguments: the failure alone
+            self.send(failure)
+        finally:
+            self.disarm()
 
     def reply_values(self, values: dict, keep: bool = False) -> None:
         try:

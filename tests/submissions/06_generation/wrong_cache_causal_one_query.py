@@ -1,6 +1,7 @@
-"""The correct submission of correct_concat_cache.py with one bug: every cached step attends
-with PyTorch's fused attention and is_causal=True, whose mask is aligned to the top-left corner,
-so the one new query sees the first position only."""
+"""A torch.cat cache with one bug: the prompt goes through in one call with PyTorch's fused
+attention and is_causal=True (right there: the scores are square), and every later step, one
+new query against all the cached keys, reuses is_causal=True, whose mask is aligned to the
+top-left corner, so the new query sees the first position only."""
 
 import math
 
@@ -32,23 +33,24 @@ def generate(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=
     return idx
 
 
-def _step(model, token, position, cache):
-    """One token (B, 1) at `position`; cache[layer] = (keys, values), (B, H, n, hs), grown by torch.cat."""
-    B = token.shape[0]
-    x = model.token_emb(token) + model.pos_emb(torch.tensor([position]))
+def _step(model, tokens, start, cache):
+    """Tokens (B, t) at positions start..start+t-1; cache[layer] = (keys, values), (B, H, n, hs), grown by
+    torch.cat. Returns the logits at the last position."""
+    B, t = tokens.shape
+    x = model.token_emb(tokens) + model.pos_emb(torch.arange(start, start + t))
     for i, block in enumerate(model.blocks):
         H = block.attn.n_heads
         C = x.shape[-1]
         h = block.ln1(x)
-        q, k, v = (proj(h).reshape(B, 1, H, C // H).permute(0, 2, 1, 3)
+        q, k, v = (proj(h).reshape(B, t, H, C // H).permute(0, 2, 1, 3)
                    for proj in (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj))
         if cache[i] is not None:
             k, v = torch.cat((cache[i][0], k), 2), torch.cat((cache[i][1], v), 2)
         cache[i] = (k, v)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        x = x + block.attn.out_proj(y.permute(0, 2, 1, 3).reshape(B, 1, C))
+        x = x + block.attn.out_proj(y.permute(0, 2, 1, 3).reshape(B, t, C))
         x = x + block.ffn(block.ln2(x))
-    return model.lm_head(model.ln_f(x))[:, 0]
+    return model.lm_head(model.ln_f(x))[:, -1]
 
 
 def generate_cached(model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
@@ -60,8 +62,7 @@ def generate_cached(model, idx, max_new_tokens, temperature=1.0, top_k=None, gen
     out = idx
     try:
         with torch.no_grad():
-            for position in range(idx.shape[1]):  # the prompt, one token at a time
-                logits = _step(model, idx[:, position:position + 1], position, cache)
+            logits = _step(model, idx, 0, cache)  # the whole prompt at once
             for n in range(max_new_tokens):
                 out = torch.cat((out, sample_next(logits, temperature, top_k, generator)[:, None]), 1)
                 if n + 1 < max_new_tokens:

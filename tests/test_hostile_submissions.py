@@ -300,7 +300,8 @@ def test_feedback_is_inert_and_holds_no_hidden_code(hostile_class, student):
     for bad in ("<img src=x onerror", "BEGIN HIDDEN TESTS", "autograder/tests", "### BEGIN SOLUTION"):
         assert bad not in html, (student, bad)
     if hostile_class["expected"][student] == 0:  # built on the release: no reference code of its own
-        assert "no overflow" not in html, student
+        # a comment of the reference's (one span in the highlighted HTML, so a plain search finds it)
+        assert "forbidden pairs get exactly zero weight" not in html, student
     assert "points" in html
 
 

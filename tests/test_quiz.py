@@ -83,3 +83,15 @@ def test_banks_are_complete(unit):
                         if "quiz" in c.metadata]
         assert len(exercise_ids) >= 3
     assert used <= set(bank)
+
+
+@pytest.mark.parametrize("unit", UNITS_WITH_BANKS)
+def test_the_right_option_is_rarely_the_longest(unit):
+    # A student who always picks the longest option must not do well: the right option may be
+    # (one of) the longest in at most a third of a unit's questions.
+    bank = load_bank(unit)
+    longest = sorted(
+        quiz.id for quiz in bank.values()
+        if len(next(o for o in quiz.options if o.correct).text) == max(len(o.text) for o in quiz.options)
+    )
+    assert len(longest) <= len(bank) / 3, f"the right option is the longest in {len(longest)} of {len(bank)}: {longest}"

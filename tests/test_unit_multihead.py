@@ -208,6 +208,7 @@ def wrong_implementations(ref):
         "split_heads": {"unbatched_only": split_unbatched_only, "mutating": split_mutating},
         "merge_heads": {"list_concat": merge_list_concat, "mutating": merge_mutating},
         "multi_head_attention": {"mutating": mha_mutating},
+        "attention_flops": {},
     }
     for m in UNIT.misconceptions:
         for part, variant in m.variants.items():
@@ -333,4 +334,4 @@ def test_grade_cells_and_points_match_the_grader():
         header = next(h for h in headers if h.startswith(f"## {number}."))
         assert header.endswith(f"({part.points:g} points)"), header
     quiz_ids = [c.metadata.get("quiz") for c in notebook_cells() if "quiz" in c.metadata]
-    assert quiz_ids == ["ex-split-transpose", "ex-scale-dhead", "ex-wo-role"]
+    assert quiz_ids == ["ex-split-shapes", "ex-split-transpose", "ex-scale-dhead", "ex-wo-role"]

@@ -21,3 +21,8 @@ def test_merge_heads(student, check):
 @check_cases(UNIT, "multi_head_attention")
 def test_multi_head_attention(student, check):
     grade(student, UNIT, "multi_head_attention", check)
+
+
+@check_cases(UNIT, "attention_flops")
+def test_attention_flops(student, check):
+    grade(student, UNIT, "attention_flops", check)

@@ -151,6 +151,14 @@ def sdpa_mask_inverted(ref, Q, K, V, mask=None):
     return ref.scaled_dot_product_attention(Q, K, V, mask=None if mask is None else ~mask)
 
 
+def sdpa_mask_by_boolean_index(ref, Q, K, V, mask=None):
+    scores = scaled_scores(Q, K)
+    if mask is not None:
+        scores[~mask] = -np.inf  # IndexError unless mask has the scores' shape exactly
+    weights = ref.softmax(scores, axis=-1)
+    return weights @ V, weights
+
+
 def sdpa_mask_ignored(ref, Q, K, V, mask=None):
     return ref.scaled_dot_product_attention(Q, K, V)
 
@@ -198,6 +206,14 @@ MISCONCEPTIONS = (
             "softmax": lambda ref, x, axis=-1: naive_softmax(x, axis),
             "scaled_dot_product_attention": sdpa_unstable_softmax,
         },
+    ),
+    Misconception(
+        "softmax_global_max",
+        "a softmax shifted by the maximum of the whole array instead of each row's maximum",
+        "Shifting by one number for the whole array is only safe when every row is near that number: "
+        "a row far below it underflows to 0/0 = NaN. Take the maximum along `axis` with keepdims=True, "
+        "so each row is shifted by its own maximum.",
+        {"softmax": lambda ref, x, axis=-1: np.exp(x - x.max()) / np.exp(x - x.max()).sum(axis=axis, keepdims=True)},
     ),
     Misconception(
         "softmax_ignores_axis",
@@ -272,6 +288,13 @@ MISCONCEPTIONS = (
         "In this course True means 'may attend': keep scores where the mask is True and put "
         "-inf where it is False, e.g. np.where(mask, scores, -np.inf).",
         {"scaled_dot_product_attention": sdpa_mask_inverted},
+    ),
+    Misconception(
+        "mask_boolean_index_no_broadcast",
+        "masking with boolean indexing (scores[~mask] = -np.inf), which needs a mask of exactly the scores' shape",
+        "A mask may be smaller than the scores and broadcast over the batch axes; boolean indexing does not "
+        "broadcast. np.where(mask, scores, -np.inf) does.",
+        {"scaled_dot_product_attention": sdpa_mask_by_boolean_index},
     ),
     Misconception(
         "mask_ignored",

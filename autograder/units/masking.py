@@ -350,6 +350,10 @@ def _scores(x, W_q, W_k):
     return Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
 
 
+def csa_length_from_first_axis(ref, x, W_q, W_k, W_v):
+    return ref.self_attention(x, W_q, W_k, W_v, mask=ref.causal_mask(len(x)))
+
+
 def csa_mask_added(ref, x, W_q, W_k, W_v):
     mask = ref.causal_mask(x.shape[-2])
     weights = ref.softmax(_scores(x, W_q, W_k) + mask.astype(float), axis=-1)
@@ -426,6 +430,18 @@ MISCONCEPTIONS = (
         },
     ),
     Misconception(
+        "mask_blocked_convention",
+        "a mask that is True where attending is FORBIDDEN (np.triu(..., k=1)), the opposite convention",
+        "Some libraries (PyTorch's boolean attn_mask) mark the blocked pairs; this course marks the "
+        "ALLOWED ones: True on and below the diagonal, np.tril(np.ones((n, n), dtype=bool)). Used as an "
+        "allowed mask, the blocked one lets every token read only the future, and the last row allows "
+        "nothing at all (a softmax over nothing but -inf is NaN).",
+        {
+            "causal_mask": mask_variant(lambda n: np.triu(np.ones((n, n), dtype=bool), k=1)),
+            "causal_self_attention": self_attention_with(lambda ref, n: ~ref.causal_mask(n)),
+        },
+    ),
+    Misconception(
         "mask_as_numbers",
         "a mask of 0/1 numbers instead of booleans",
         "Make it boolean: np.tril(np.ones((n, n), dtype=bool)), or compare positions "
@@ -437,6 +453,13 @@ MISCONCEPTIONS = (
         "self-attention with no mask",
         "Pass mask=causal_mask(n), with n = x.shape[-2], to self_attention.",
         {"causal_self_attention": csa_mask_forgotten},
+    ),
+    Misconception(
+        "seq_len_from_first_axis",
+        "the sequence length read from the first axis (x.shape[0] or len(x)) instead of x.shape[-2]",
+        "With batch axes in front, x.shape[0] is the batch size: the tokens are on axis -2, so use "
+        "causal_mask(x.shape[-2]).",
+        {"causal_self_attention": csa_length_from_first_axis},
     ),
     Misconception(
         "mask_added_to_scores",

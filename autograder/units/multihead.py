@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compare import Tolerance
+from ..compare import Tolerance, describe
 from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
 from ..reference import load_reference
 
@@ -132,6 +132,64 @@ def mha_inputs(batch, n, d_model, n_heads, causal=None):
     return make
 
 
+# ---------------------------------------------------------------- counting FLOPs
+# `attention_flops(n, d_model, n_heads)` counts the FLOPs of the matrix products of one
+# multi_head_attention call on one sequence: (a, b) @ (b, c) costs 2abc; the softmax, the
+# scaling, the mask and the reshapes are not counted.
+
+
+def flops_inputs(n, d_model, n_heads):
+    def make(rng):
+        return Inputs((n, d_model, n_heads))
+
+    return make
+
+
+class CountedArray(np.ndarray):
+    """An array that adds the FLOPs of every matrix product it takes part in to `log`."""
+
+    log: list = []
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        plain_inputs = [np.asarray(a) if isinstance(a, CountedArray) else a for a in inputs]
+        result = getattr(ufunc, method)(*plain_inputs, **kwargs)
+        if ufunc is np.matmul and method == "__call__":
+            a, b = (np.asarray(v) for v in plain_inputs[:2])
+            batch = int(np.prod(np.broadcast_shapes(a.shape[:-2], b.shape[:-2])))
+            CountedArray.log.append(2 * batch * a.shape[-2] * a.shape[-1] * b.shape[-1])
+        return result.view(CountedArray) if isinstance(result, np.ndarray) else result
+
+
+def counted_flops_oracle(inputs: Inputs):
+    """Count, rather than compute, the FLOPs: run the reference layer on arrays that log
+    every matrix product (an independent check of the closed form, on the reference's code)."""
+    n, d_model, n_heads = inputs.args
+    ref = load_reference(UNIT_NAME)
+    rng = np.random.default_rng(0)
+    x, *weights = (rng.normal(size=shape).view(CountedArray)
+                   for shape in [(n, d_model)] + [(d_model, d_model)] * 4)
+    CountedArray.log = []
+    ref.multi_head_attention(x, *weights, n_heads)
+    return sum(CountedArray.log)
+
+
+def diagnose_count(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    if isinstance(result, bool) or not isinstance(result, int | float | np.integer | np.floating):
+        return f"expected a number, got {describe(result)}"
+    if not np.isfinite(result):
+        return f"the count is {result}"
+    if result == expected:
+        return None
+    n, d_model, n_heads = inputs.args
+    return (f"for n={n}, d_model={d_model}, n_heads={n_heads} you counted {result:,.0f} FLOPs, "
+            f"{result / expected:.3g} times the right count (list the matrix products one by one, "
+            "with their shapes)")
+
+
+def flops_variant(formula):
+    return lambda ref, n, d_model, n_heads: formula(n, d_model, n_heads)
+
+
 # ---------------------------------------------------------------- the wrong variants
 # Each takes the reference namespace first, then the part's own arguments.
 
@@ -162,7 +220,7 @@ def merge_strided(x):
 
 def mha_built(ref, x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, split=None, merge=None,
               scale=lambda d_head, d_model: np.sqrt(d_head), allowed=causal_allowed, softmax_axis=-1,
-              project=lambda merged, W_o: merged @ W_o, transpose_weights=False):
+              project=lambda merged, W_o: merged @ W_o, transpose_weights=False, length=lambda x: x.shape[-2]):
     """The reference's recipe with one ingredient swapped (the defaults give the reference)."""
     split = split or ref.split_heads
     merge = merge or ref.merge_heads
@@ -171,7 +229,7 @@ def mha_built(ref, x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, split=None, m
     q, k, v = (split(x @ W, n_heads) for W in (W_q, W_k, W_v))
     scores = q @ np.swapaxes(k, -1, -2) / scale(q.shape[-1], x.shape[-1])
     if causal:
-        scores = np.where(allowed(x.shape[-2]), scores, -np.inf)
+        scores = np.where(allowed(length(x)), scores, -np.inf)
     weights = ref.softmax(scores, axis=softmax_axis)
     return project(merge(weights @ v), W_o)
 
@@ -295,6 +353,44 @@ MISCONCEPTIONS = (
         "Each query's weights over the keys must sum to one: softmax along axis=-1.",
         {"multi_head_attention": mha_variant(softmax_axis=-2)},
     ),
+    Misconception(
+        "seq_len_from_first_axis",
+        "the sequence length read from the first axis (x.shape[0] or len(x)) instead of x.shape[-2]",
+        "With batch axes in front, x.shape[0] is the batch size: the tokens are on axis -2, so the "
+        "causal mask must be (n, n) with n = x.shape[-2].",
+        {"multi_head_attention": mha_variant(length=lambda x: x.shape[0])},
+    ),
+    Misconception(
+        "flops_multiply_adds",
+        "a count of multiply-adds rather than FLOPs",
+        "A multiply-add is 2 FLOPs: an (a, b) @ (b, c) product costs 2abc.",
+        {"attention_flops": flops_variant(lambda n, d, h: 4 * n * d * d + 2 * n * n * d)},
+    ),
+    Misconception(
+        "flops_no_output_projection",
+        "a count without the output projection W_o",
+        "There are four projections: W_q, W_k and W_v before the heads, and W_o after the merge.",
+        {"attention_flops": flops_variant(lambda n, d, h: 6 * n * d * d + 4 * n * n * d)},
+    ),
+    Misconception(
+        "flops_no_weighted_values",
+        "a count without the product of the weights with V",
+        "Each head does two n x n products: the scores Q_h K_h^T, and then the weights times V_h.",
+        {"attention_flops": flops_variant(lambda n, d, h: 8 * n * d * d + 2 * n * n * d)},
+    ),
+    Misconception(
+        "flops_heads_times_d_model",
+        "each head's scores counted at the full width d_model",
+        "A head's dot products have length d_head = d_model / n_heads, so all heads together cost "
+        "what one head of width d_model would.",
+        {"attention_flops": flops_variant(lambda n, d, h: 8 * n * d * d + 4 * n * n * d * h)},
+    ),
+    Misconception(
+        "flops_one_head_only",
+        "the scores and weighted values counted for one head only",
+        "Every head fills its own n x n table: multiply one head's cost by n_heads.",
+        {"attention_flops": flops_variant(lambda n, d, h: 8 * n * d * d + 4 * n * n * (d // h))},
+    ),
 )
 
 
@@ -354,6 +450,20 @@ PARTS = (
                   "x (2, 2, 5, 12), 3 heads", 1, mha_inputs((2, 2), 5, 12, 3, causal=False), oracle=torch_oracle),
             Check("inputs_unchanged", "x and the four weights are not modified", 1,
                   mha_inputs((2,), 4, 6, 2), kind="unchanged"),
+        ),
+    ),
+    Part(
+        "attention_flops",
+        diagnose=diagnose_count,
+        checks=(
+            Check("small", "n=6, d_model=8, n_heads=2", 1, flops_inputs(6, 8, 2)),
+            Check("one_head", "n=5, d_model=12, n_heads=1", 1, flops_inputs(5, 12, 1)),
+            Check("long_sequence", "n=4096, d_model=64, n_heads=4 (the n^2 terms dominate)", 1,
+                  flops_inputs(4096, 64, 4)),
+            Check("gpt2_layer", "one GPT-2 small layer: n=1024, d_model=768, n_heads=12", 1,
+                  flops_inputs(1024, 768, 12)),
+            Check("counted", "n=7, d_model=16, n_heads=4, against the matrix products the reference layer "
+                  "really does (counted, not computed)", 1, flops_inputs(7, 16, 4), oracle=counted_flops_oracle),
         ),
     ),
 )

@@ -26,3 +26,9 @@ def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
     out = weights @ v
     out = out.reshape(*batch, n, d_model)  # back to (..., n, d_model)
     return out @ W_o
+
+
+def attention_flops(n, d_model, n_heads):
+    # four (n, d) @ (d, d) projections, then per head two (n, n)-sized products of width d_head
+    d_head = d_model // n_heads
+    return 4 * (2 * n * d_model * d_model) + n_heads * 2 * (2 * n * n * d_head)

@@ -28,3 +28,9 @@ def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
         n = x.shape[-2]
         scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
     return merge_heads(softmax(scores) @ v) @ W_o
+
+
+def attention_flops(n, d_model, n_heads):
+    # four (n, d) @ (d, d) projections, then per head two (n, n)-sized products of width d_head
+    d_head = d_model // n_heads
+    return 4 * (2 * n * d_model * d_model) + n_heads * 2 * (2 * n * n * d_head)

@@ -406,10 +406,11 @@ def _run_variant(part: Part, ref, variant, inputs: Inputs, probe=None) -> _Trust
 
 
 def matching_misconceptions(unit: Unit, part: Part, ref, inputs: Inputs, student_outcome: Outcome,
-                            expected, tol: Tolerance, probe=None) -> list[Misconception]:
-    """Every catalogued mistake whose variant reproduces the student's (wrong) result here."""
+                            expected, tol: Tolerance, probe=None, among=None) -> list[Misconception]:
+    """The catalogued mistakes (of `among`, default all) whose variant reproduces the student's
+    (wrong) result here."""
     found = []
-    for mistake in unit.misconceptions:
+    for mistake in unit.misconceptions if among is None else among:
         variant = mistake.variants.get(part.name)
         if variant is None:
             continue
@@ -452,8 +453,11 @@ class _Seen:
     check: Check
     inputs: Inputs
     expected: object
-    passed: bool
-    matches: list | None = None  # for a failed check: the catalogued mistakes that reproduce it
+    outcome: Outcome | None  # the student's, for a failed check (None: passed)
+
+    @property
+    def passed(self) -> bool:
+        return self.outcome is None
 
 
 def explain(unit: Unit, part: Part, ref, seen: list[_Seen]) -> Misconception | None:
@@ -461,14 +465,20 @@ def explain(unit: Unit, part: Part, ref, seen: list[_Seen]) -> Misconception | N
 
     A mistake explains the part when its variant reproduces the student's result on every
     failed check; where several do, those that would fail a check the student passed are
-    set aside (run only then: some variants train a model). A one-bit answer (a verdict)
-    or an exception can be reproduced by several variants: the mistake is named only when
-    exactly one explains everything; otherwise the messages say what failed, without a guess.
+    set aside. A one-bit answer (a verdict) or an exception can be reproduced by several
+    variants: the mistake is named only when exactly one explains everything; otherwise the
+    messages say what failed, without a guess. Each failed check only tries the mistakes that
+    explained the ones before it (some variants train a model: they are run no more than needed).
     """
     failed = [s for s in seen if not s.passed]
-    if not failed or any(s.matches is None for s in failed):
+    if not failed or any(s.outcome.timed_out for s in failed):
         return None
-    candidates = [m for m in failed[0].matches if all(m in s.matches for s in failed[1:])]
+    candidates = None
+    for s in failed:
+        candidates = matching_misconceptions(unit, part, ref, s.inputs, s.outcome, s.expected, s.check.tol,
+                                             s.check.probe, among=candidates)
+        if not candidates:
+            return None
     if len(candidates) > 1:  # the checks the student passed may still tell them apart
         candidates = [m for m in candidates
                       if all(variant_passes(m, part, ref, s.inputs, s.expected, s.check.tol, s.check.probe)
@@ -572,13 +582,10 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         else:
             with quiet():
                 problem = part.diagnose(outcome.value, expected.value, inputs, check.tol)
-        seen[len(results)] = _Seen(check, inputs, expected.value, passed=problem is None)
+        seen[len(results)] = _Seen(check, inputs, expected.value, None if problem is None else outcome)
         if problem is None:
             results.append(result(check, True, f"{check.what}: correct"))
             continue
-        if name_mistakes and outcome.error_type != "NotImplementedError":
-            seen[len(results)].matches = matching_misconceptions(
-                unit, part, ref, inputs, outcome, expected.value, check.tol, check.probe)
         results.append(result(check, False, f"{check.what}: {problem}."))
 
     failed = [i for i, s in seen.items() if not s.passed]

@@ -86,7 +86,7 @@ class StandIn:
         return getattr(self.student, attr)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def chapters():
     """unit -> (the chapter's worker, its definitions), for chapters that define anything."""
     started = {}

@@ -212,7 +212,7 @@ def tree_digest() -> str:
     return digest.hexdigest()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once per worker, even when other tests run in between
 def hostile_class(tmp_path_factory):
     course = ScratchCourse(tmp_path_factory.mktemp("hostile") / "course")
     course.create()

@@ -8,6 +8,8 @@
     python3 course.py check UNIT PATH [--json]   # grade one notebook or .py file
     python3 course.py bench generation|attention # benchmarks that print figures
     python3 course.py train [--minutes M] [--device D]   # train the course's GPT on the shipped corpus
+    python3 course.py autograde UNIT [--workers N] [--students A,B] [--scheduler ADDRESS] [--feedback]
+                               # grade every new or changed submission of a unit, N at a time
 
 Every task first makes sure `.venv/` exists and holds what `requirements.txt` pins (it
 reinstalls only when that file changes), then runs inside it. Needs nothing but Python 3.11.
@@ -36,6 +38,7 @@ TASKS = {
     "check": ["-m", "autograder", "check"],
     "bench": ["-m", "autograder", "bench"],
     "train": ["-m", "autograder", "train"],
+    "autograde": ["-m", "autograder", "autograde"],
     "lab": ["-m", "jupyter", "lab", "--notebook-dir", str(ROOT)],
 }
 
@@ -84,6 +87,9 @@ def main(argv: list[str]) -> int:
     )
     if task == "lab":
         env.pop("MPLBACKEND")  # inline figures in the browser
+    if task == "autograde" and "--course" in extra[:-1]:  # a course folder named from where you stand
+        at = extra.index("--course") + 1
+        extra[at] = str(Path(extra[at]).resolve())
     command = [str(VENV_PYTHON), *TASKS[task], *extra]
     return subprocess.run(command, cwd=ROOT, env=env).returncode
 

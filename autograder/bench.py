@@ -2,6 +2,8 @@
 
     bench generation   the reference `generate` against `generate_cached` (unit 06)
     bench attention    naive, tiled (unit 07's reference) and fused attention: time and peak memory
+    bench grading [--students N] [--units U,...]   a class graded by sequential nbgrader and by
+                       `course.py autograde --workers 2`, side by side
 
 Figures are measured side by side in one run, on the GPU when there is one (else the CPU).
 """
@@ -146,13 +148,108 @@ def bench_attention_bf16(device, log=print) -> dict:
     return {"rows": rows, "matmul_tflops": matmul_tflops}
 
 
-BENCHES = {"generation": bench_generation, "attention": bench_attention}
+def class_notebooks(unit: str, release, count: int) -> dict[str, object]:
+    """`count` submissions of a unit: the six sample students, then the hand-written answers
+    of tests/submissions/<unit>/ (correct ones and one-mistake ones) pasted into the last
+    solution cell, in turn."""
+    import nbformat
+
+    from .demo import SampleMaker
+    from .paths import ROOT
+    from .submission import nbgrader_meta
+
+    maker = SampleMaker(unit, release)
+    base = list(maker.students().values())
+    for path in sorted((ROOT / "tests" / "submissions" / unit).glob("*.py")):
+        nb = maker.notebook()
+        last = [c for c in nb.cells if nbgrader_meta(c).get("solution")][-1]
+        last.source = path.read_text()
+        base.append(nb)
+    return {f"s{i:03d}": nbformat.from_dict(base[i % len(base)]) for i in range(count)}
+
+
+def bench_grading(students: int = 40, units=("01_attention", "02_masking", "03_multihead"), workers: int = 2,
+                  log=print) -> dict:
+    """Sequential `nbgrader autograde` against `course.py autograde --workers N` on the same class."""
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    import nbformat
+
+    from . import classgrading
+    from .nbgrader_course import ScratchCourse
+    from .paths import unit_notebook_name
+
+    root = Path(tempfile.mkdtemp(prefix="bench-grading-"))
+    rows, identical = [], True
+    try:
+        courses = {}
+        for how in ("sequential", "parallel"):
+            courses[how] = ScratchCourse(root / how)
+            courses[how].create()
+        for unit in units:
+            name = unit_notebook_name(unit)
+            for course in courses.values():
+                course.generate_assignment(unit)
+            notebooks = class_notebooks(unit, courses["sequential"].release / unit / name, students)
+            for course in courses.values():
+                for student, nb in notebooks.items():
+                    target = course.path / "submitted" / student / unit / name
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    nbformat.write(nb, target)
+            started = time.perf_counter()
+            courses["sequential"].autograde(unit)
+            sequential = time.perf_counter() - started
+            started = time.perf_counter()
+            with open(root / f"{unit}.log", "w") as stream:
+                run = classgrading.autograde_class(courses["parallel"].path, unit, workers=workers, stream=stream)
+            parallel = time.perf_counter() - started
+            first = classgrading.gradebook_rows(courses["sequential"].path, unit)
+            second = classgrading.gradebook_rows(courses["parallel"].path, unit)
+            for table in (first, second):  # when nbgrader saw the file: differs by construction
+                for row in table.values():
+                    row.pop("timestamp")
+            same = first == second and not run.failures
+            identical &= same
+            rows.append((unit, students, sequential, parallel, same))
+            log(f"{unit}: {students} notebooks, sequential {sequential:.1f} s ({sequential / students:.2f} s each), "
+                f"{workers} workers {parallel:.1f} s ({parallel / students:.2f} s each), "
+                f"speed-up {sequential / parallel:.2f}x, gradebooks identical: {'yes' if same else 'NO'}")
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    total_seq = sum(r[2] for r in rows)
+    total_par = sum(r[3] for r in rows)
+    notebooks = sum(r[1] for r in rows)
+    log("")
+    log(f"| unit | notebooks | sequential s | s/notebook | {workers} workers s | s/notebook | speed-up |")
+    log("| --- | --- | --- | --- | --- | --- | --- |")
+    for unit, count, seq, par, _ in rows:
+        log(f"| {unit} | {count} | {seq:.1f} | {seq / count:.2f} | {par:.1f} | {par / count:.2f} | {seq / par:.2f}x |")
+    log(f"| all | {notebooks} | {total_seq:.1f} | {total_seq / notebooks:.2f} | {total_par:.1f} | "
+        f"{total_par / notebooks:.2f} | {total_seq / total_par:.2f}x |")
+    log(f"class grading speed-up with {workers} workers: {total_seq / total_par:.1f}x "
+        f"(gradebooks identical: {'yes' if identical else 'no'})")
+    return {"rows": rows, "identical": identical}
+
+
+BENCHES = {"generation": bench_generation, "attention": bench_attention, "grading": bench_grading}
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in BENCHES:
         print(f"usage: python3 course.py bench {{{','.join(BENCHES)}}}")
         return 2
+    if argv[0] == "grading":
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="python3 course.py bench grading")
+        parser.add_argument("--students", type=int, default=40)
+        parser.add_argument("--units", default="01_attention,02_masking,03_multihead")
+        parser.add_argument("--workers", type=int, default=2)
+        args = parser.parse_args(argv[1:])
+        bench_grading(args.students, tuple(args.units.split(",")), args.workers)
+        return 0
     BENCHES[argv[0]]()
     return 0
 

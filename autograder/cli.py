@@ -42,9 +42,13 @@ def grader_file(unit: str) -> Path:
 
 
 def pytest_command(unit: str, submission: Path, report: Path) -> list[str]:
+    # A unit with a shorter cell limit (its notebook's cells are quick) loads the submission
+    # under it too: a visible check that loops stops there, not after nbgrader's 30 s.
+    cell_seconds = get_unit(unit).cell_seconds
     return [sys.executable, "-m", "pytest", str(grader_file(unit)), "--submission", str(submission),
             "--grading-json", str(report), "-q", "--no-header", "-p", "no:cacheprovider",
-            "--rootdir", str(ROOT), "-o", "addopts="]
+            "--rootdir", str(ROOT), "-o", "addopts=",
+            *(["--cell-seconds", str(cell_seconds)] if cell_seconds else [])]
 
 
 def start_grading(unit: str, submission: str | Path) -> GradingRun:

@@ -136,6 +136,11 @@ class Unit:
     parts: tuple[Part, ...]
     misconceptions: tuple[Misconception, ...]
     sample_bug: SampleBug | None = None
+    # Seconds one cell of the student's notebook may run in nbgrader's kernel, where the
+    # course-wide backstop (nbgrader_course.CELL_TIMEOUT) is longer than the unit needs. The
+    # kernel's run only makes the outputs of the feedback page (the grades come from the
+    # hidden tests), so a looping cell is stopped sooner and costs the class less time.
+    cell_seconds: float | None = None
 
     def part(self, name: str) -> Part:
         for part in self.parts:

@@ -1,9 +1,10 @@
 """`python3 course.py demo`: the instructor's loop, run for real on a sample class.
 
 In a scratch course (`.course_demo/course/`), for every graded unit: generate the student
-release from `solutions/`, submit the sample students below, `nbgrader autograde`,
-`nbgrader generate_feedback`, `nbgrader export`, then print the scores and where the
-feedback is. The sample submissions are made from the release and the reference each
+release from `solutions/`, submit the sample students below, grade them with
+`course.py autograde` (the real `nbgrader autograde` per submission, several at a time; see
+classgrading.py), generate the feedback the same way, `nbgrader export`, then print the
+scores and where the feedback is. The sample submissions are made from the release and the reference each
 time, so they never go stale:
 
     ada  the reference solution, typed into the release       full marks
@@ -20,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
+import os
 import re
 import shutil
 import sys
@@ -137,6 +140,8 @@ class SampleClass:
     autograde_seconds: dict[str, float] = field(default_factory=dict)  # wall time of `nbgrader autograde`
     # (student, unit, grade cell) where the grader itself failed: an instructor's bug
     grader_failures: list[tuple[str, str, str]] = field(default_factory=list)
+    # (student, unit) -> why course.py autograde could not grade it (or make its feedback)
+    failures: dict[tuple[str, str], str] = field(default_factory=dict)
     seconds: float = 0.0
 
     def score(self, student: str, unit: str) -> tuple[float, float]:
@@ -144,7 +149,11 @@ class SampleClass:
         return sum(s for s, _ in cells), sum(m for _, m in cells)
 
 
-def run_sample_class(workdir: Path, units: list[str] | None = None, log=print) -> SampleClass:
+def run_sample_class(workdir: Path, units: list[str] | None = None, log=print,
+                     workers: int | None = None) -> SampleClass:
+    from .classgrading import autograde_class, generate_feedback
+
+    workers = workers or os.cpu_count() or 1
     started = time.perf_counter()
     units = units or [u for u in UNITS if solution_notebook(u).exists()]
     if workdir.exists():
@@ -162,13 +171,16 @@ def run_sample_class(workdir: Path, units: list[str] | None = None, log=print) -
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, path)
             course.submit(student, unit, path, name)
-        log(f"[{unit}] autograde {len(STUDENTS)} sample submissions")
+        log(f"[{unit}] autograde {len(STUDENTS)} sample submissions, {workers} at a time (course.py autograde)")
         started_unit = time.perf_counter()
-        proc = course.autograde(unit)
+        progress = io.StringIO()
+        run = autograde_class(course.path, unit, workers=workers, stream=progress)
         result.autograde_seconds[unit] = time.perf_counter() - started_unit
-        result.autograde_logs[unit] = proc.stdout + proc.stderr
-        log(f"[{unit}] generate_feedback")
-        course.generate_feedback(unit)
+        result.autograde_logs[unit] = progress.getvalue()
+        result.failures.update({(student, unit): reason for student, reason in run.failures.items()})
+        log(f"[{unit}] generate_feedback, {workers} at a time")
+        for student, reason in generate_feedback(course.path, unit, sorted(STUDENTS), workers).items():
+            result.failures[(student, unit)] = f"feedback: {reason}"
     result.grades_csv = course.path / "grades.csv"
     course.export(result.grades_csv)
     with course.gradebook() as gb:
@@ -234,8 +246,10 @@ def main(argv: list[str]) -> int:
         rows = list(csv.DictReader(f))
     print(f"  ({len(rows)} rows: one per student and assignment)")
     timings = ", ".join(f"{unit} {seconds:.1f} s" for unit, seconds in result.autograde_seconds.items())
-    print(f"\n`nbgrader autograde` of {len(STUDENTS)} students: {timings}; "
+    print(f"\n`course.py autograde` of {len(STUDENTS)} students: {timings}; "
           f"{sum(result.autograde_seconds.values()):.1f} s in all.")
+    for (student, unit), reason in sorted(result.failures.items()):
+        print(f"NOT GRADED: {student} in {unit}: {reason}")
     print(f"The whole loop took {result.seconds:.0f} s.")
     for student, unit, cell in result.grader_failures:
         print(f"WARNING: the grader itself failed for {student}, {unit}, {cell}: see its autograded notebook.")

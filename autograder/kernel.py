@@ -270,10 +270,21 @@ class SandboxedExecute(Execute):
             raise _NotebookStopped from err
 
     def preprocess(self, nb, resources=None, km=None):
+        # The unit's own cell limit, where it has one (nbconvert re-runs NotebookClient.__init__
+        # in preprocess, which resets `timeout` from the config: hence `_get_timeout` below).
+        from .units import UNITS
+
+        unit = ((resources or {}).get("nbgrader") or {}).get("assignment")
+        self._unit_cell_seconds = UNITS[unit].cell_seconds if unit in UNITS else None
         try:
             return super().preprocess(nb, resources, km)
         except _NotebookStopped:
             return nb, resources
+
+    def _get_timeout(self, cell):
+        timeout = super()._get_timeout(cell)
+        limit = getattr(self, "_unit_cell_seconds", None)
+        return limit if limit and (timeout is None or limit < timeout) else timeout
 
     # nbclient binds its synchronous execute_cell to its own async_execute_cell.
     execute_cell = run_sync(async_execute_cell)

@@ -190,13 +190,13 @@ class ScratchCourse:
         if not link.exists():
             link.symlink_to(SOLUTIONS, target_is_directory=True)
 
-    def nbgrader(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
+    def nbgrader(self, *args: str, check: bool = True, timeout: float | None = None) -> subprocess.CompletedProcess:
         # nbgrader runs helper programs (alembic) from PATH: put this environment's first.
         path = os.pathsep.join([str(Path(sys.executable).parent), os.environ.get("PATH", "")])
         env = dict(os.environ, PYTHONPATH=str(ROOT), MPLBACKEND="Agg", PATH=path)
         proc = subprocess.run(
             [sys.executable, "-m", "nbgrader", *args],
-            cwd=self.path, env=env, capture_output=True, text=True,
+            cwd=self.path, env=env, capture_output=True, text=True, timeout=timeout,
         )
         if check and proc.returncode != 0:
             raise NbgraderFailed(f"nbgrader {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")

@@ -40,6 +40,8 @@ def pytest_addoption(parser):
     group.addoption("--grading-json", help="write the grading report here as JSON")
     group.addoption("--call-seconds", type=float, default=CHECK_SECONDS,
                     help="seconds one call of a student's function may take (default %(default)s)")
+    group.addoption("--cell-seconds", type=float, default=None,
+                    help="seconds one cell of the submission may run while it is loaded (default: nbgrader's)")
 
 
 def pytest_configure(config):
@@ -59,7 +61,10 @@ def student(request):
         raise pytest.UsageError("the hidden graders need --submission PATH (a notebook or a .py file)")
     state = request.config._grading
     try:
-        submission = Student.open(path, call_seconds=request.config.getoption("--call-seconds"))
+        limits = {"call_seconds": request.config.getoption("--call-seconds")}
+        if request.config.getoption("--cell-seconds"):
+            limits["cell_seconds"] = request.config.getoption("--cell-seconds")
+        submission = Student.open(path, **limits)
     except Unreadable as err:
         state["error"] = str(err)
         pytest.exit(f"cannot grade: {err}", returncode=2)

@@ -383,6 +383,7 @@ PARTS = (
 
 UNIT = Unit(
     "01_attention",
+    cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
     sample_bug=SampleBug("scaled_dot_product_attention", "/ np.sqrt(d_k)", "/ d_k", "scale_by_dk"),

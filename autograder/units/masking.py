@@ -630,6 +630,7 @@ PARTS = (
 
 UNIT = Unit(
     "02_masking",
+    cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
     sample_bug=SampleBug("causal_mask", "np.tril(", "np.triu(", "mask_upper_triangle"),

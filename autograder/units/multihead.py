@@ -470,6 +470,7 @@ PARTS = (
 
 UNIT = Unit(
     UNIT_NAME,
+    cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
     sample_bug=SampleBug(

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -240,16 +241,22 @@ def nbgrader_failure(log: str) -> str:
 # ---------------------------------------------------------------- recording (the coordinator)
 
 
-def record(course: Path, unit: str, result: dict) -> None:
-    """Put one graded submission in place and into the gradebook, as `nbgrader autograde` does."""
+@contextmanager
+def quiet_gradebook():
+    """nbgrader's own gradebook calls warn about SQLAlchemy session details (they do inside
+    `nbgrader autograde` too); the rows they write are checked against nbgrader's in the tests."""
     import warnings
 
     from sqlalchemy.exc import SAWarning
 
     with warnings.catch_warnings():
-        # nbgrader's own gradebook calls warn about SQLAlchemy session details (they do in
-        # `nbgrader autograde` too); the rows they write are checked against nbgrader's in the tests.
         warnings.simplefilter("ignore", SAWarning)
+        yield
+
+
+def record(course: Path, unit: str, result: dict) -> None:
+    """Put one graded submission in place and into the gradebook, as `nbgrader autograde` does."""
+    with quiet_gradebook():
         _record(course, unit, result)
 
 
@@ -544,13 +551,9 @@ def generate_feedback(course: Path, unit: str, students: list[str], workers: int
 
 
 def scores(course: Path, unit: str) -> dict[str, tuple[float, float]]:
-    import warnings
-
     from nbgrader.api import Gradebook
-    from sqlalchemy.exc import SAWarning
 
-    with warnings.catch_warnings(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        warnings.simplefilter("ignore", SAWarning)  # nbgrader's relationship loading warns; harmless
+    with quiet_gradebook(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         return {s.student.id: (float(s.score or 0.0), float(s.max_score or 0.0))
                 for s in gb.find_assignment(unit).submissions}
 
@@ -607,14 +610,10 @@ def gradebook_rows(course: Path, unit: str, students: list[str] | None = None) -
     """Everything nbgrader's gradebook holds about a unit's submissions, as plain data: what
     `nbgrader export`, `generate_feedback` and formgrader read. Two gradings of the same
     submissions agree when these are equal."""
-    import warnings
-
     from nbgrader.api import Gradebook
-    from sqlalchemy.exc import SAWarning
 
     rows = {}
-    with warnings.catch_warnings(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
-        warnings.simplefilter("ignore", SAWarning)
+    with quiet_gradebook(), Gradebook(f"sqlite:///{course / 'gradebook.db'}") as gb:
         for submission in gb.find_assignment(unit).submissions:
             student = submission.student.id
             if students is not None and student not in students:

@@ -41,7 +41,6 @@ else:  # imported as autograder.worker.main (by tools that read the course tree)
     from . import channel
 
 
-
 def callback_error(reply: dict, name: str) -> Exception:
     """The exception a failed call of the grader's function raises in the student's code: the
     same built-in type the reference raised (a ValueError stays a ValueError, as it would in
@@ -55,7 +54,8 @@ def callback_error(reply: dict, name: str) -> Exception:
             return kind(message)
         except Exception:  # noqa: BLE001 - a built-in that wants other arguments (UnicodeError...)
             pass
-    return RuntimeError(f"{reply.get('type') or 'error'}: {message}" if reply.get("type") else message)
+    return RuntimeError(f"{reply['type']}: {message}" if reply.get("type") else message)
+
 
 class TimeLimitExceeded(BaseException):
     """A BaseException, so a student's `except Exception:` does not swallow it."""

@@ -33,6 +33,20 @@ def clean_outputs(nb) -> None:
         cell.metadata.pop("ExecuteTime", None)
 
 
+def check_locked_cells(nb, where: str) -> None:
+    """Every locked cell that is not a grade cell says by its name what it is: the grader's
+    worker runs `setup*` cells and leaves out checks, figures and demos (see submission.py)."""
+    from .submission import SETUP_PREFIX, SHOWS_ONLY_PREFIXES, nbgrader_meta
+
+    allowed = (SETUP_PREFIX, *SHOWS_ONLY_PREFIXES)
+    wrong = [str(meta.get("grade_id")) for meta in map(nbgrader_meta, nb.cells)
+             if meta.get("locked") and not meta.get("grade") and not meta.get("solution")
+             and not str(meta.get("grade_id", "")).startswith(allowed)]
+    if wrong:
+        raise ValueError(f"{where}: locked cell(s) {', '.join(wrong)} must be named {'*, '.join(allowed)}* "
+                         "(setup cells run before the answers are graded; the others are left out)")
+
+
 def built_notebook(path: Path, unit: str, is_solution: bool):
     nb = nbformat.read(path, as_version=4)
     sync_quiz_cells(nb, unit, str(path.relative_to(ROOT)))
@@ -40,6 +54,7 @@ def built_notebook(path: Path, unit: str, is_solution: bool):
         from .gradecells import sync_grade_cells
 
         sync_grade_cells(nb, unit, str(path.relative_to(ROOT)))
+        check_locked_cells(nb, str(path.relative_to(ROOT)))
     clean_outputs(nb)
     return nb
 

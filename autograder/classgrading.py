@@ -30,6 +30,7 @@ import hashlib
 import io
 import json
 import os
+import selectors
 import shutil
 import subprocess
 import sys
@@ -132,7 +133,9 @@ def autograde_forked(course: Path, unit: str, student: str, seconds: float) -> s
     """
     import signal
 
-    _warm_up()
+    _warm_up(unit)
+    for stream in (sys.stdout, sys.stderr):
+        stream.flush()
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: grade, write the log to the pipe, leave without cleanup
@@ -141,7 +144,10 @@ def autograde_forked(course: Path, unit: str, student: str, seconds: float) -> s
             os.close(read_end)
             os.setsid()
             _die_with_parent()
-            log = _autograde_here(course, unit, student)
+            for fd in (1, 2):  # whatever else is printed goes to the log too, not to the terminal
+                os.dup2(write_end, fd)
+            with quiet_gradebook():
+                log = _autograde_here(course, unit, student)
             with os.fdopen(write_end, "w", encoding="utf-8", errors="replace") as out:
                 out.write(log)
             code = 0
@@ -151,14 +157,16 @@ def autograde_forked(course: Path, unit: str, student: str, seconds: float) -> s
     deadline = time.monotonic() + seconds
     chunks = []
     os.set_blocking(read_end, False)
+    waiting = selectors.DefaultSelector()
+    waiting.register(read_end, selectors.EVENT_READ)
     try:
         while True:
-            try:
-                chunk = os.read(read_end, 65536)
-                if chunk:
-                    chunks.append(chunk)
-            except BlockingIOError:
-                pass
+            # The child writes its log just before it exits: wake up on that, not on a timer.
+            if waiting.select(min(max(deadline - time.monotonic(), 0.0), 0.25)):
+                chunk = _read_rest(read_end)
+                chunks.append(chunk)
+                if not chunk:  # end of file: the child is exiting; stop watching the pipe
+                    waiting.unregister(read_end)
             done, _ = os.waitpid(pid, os.WNOHANG)
             if done:
                 break
@@ -166,10 +174,10 @@ def autograde_forked(course: Path, unit: str, student: str, seconds: float) -> s
                 os.killpg(pid, signal.SIGKILL)
                 os.waitpid(pid, 0)
                 raise subprocess.TimeoutExpired("nbgrader autograde", seconds)
-            time.sleep(0.05)
         while chunk := _read_rest(read_end):
             chunks.append(chunk)
     finally:
+        waiting.close()
         os.close(read_end)
         try:
             os.killpg(pid, signal.SIGKILL)  # anything the run left behind in its group
@@ -197,18 +205,19 @@ def _read_rest(fd: int) -> bytes:
         return b""
 
 
-_WARM = False
+_WARM: set[str] = set()  # the units this worker is ready for
 
 
-def _warm_up() -> None:
-    """Import once, in the worker, what every grading needs (inherited by each forked child)."""
-    global _WARM
-    if not _WARM:
+def _warm_up(unit: str) -> None:
+    """Import once, in the worker, what every grading of `unit` needs (inherited by each
+    forked child): nbgrader, and pytest with the unit's graders for the hidden tests."""
+    if unit not in _WARM:
         import nbgrader.apps.api  # noqa: F401
         import nbgrader.preprocessors  # noqa: F401
 
-        from . import kernel, nbgrader_grades  # noqa: F401
-        _WARM = True
+        from . import cli, kernel, nbgrader_grades  # noqa: F401
+        cli.prepare_forked_runs(unit)
+        _WARM.add(unit)
 
 
 def _autograde_here(course: Path, unit: str, student: str) -> str:

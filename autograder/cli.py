@@ -15,9 +15,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 from .core import CheckResult
@@ -27,6 +30,7 @@ from .units import get_unit
 
 GRADERS = ROOT / "autograder" / "tests"
 RUN_SECONDS = 900  # the whole run, for one submission: far above any honest one
+_FORK_RUNS = False  # set by `prepare_forked_runs`, in a class-grading worker only
 
 
 class GradingFailed(RuntimeError):
@@ -67,9 +71,12 @@ class GradingRun:
         self.report_path = Path(self.folder.name) / "report.json"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                    MPLBACKEND="Agg")
-        self.proc = subprocess.Popen(pytest_command(unit, submission, self.report_path), cwd=ROOT, env=env,
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                     text=True)
+        command = pytest_command(unit, submission, self.report_path)
+        if _FORK_RUNS and threading.active_count() == 1:  # forking a threaded process is unsafe
+            self.proc = ForkedPytest(command[3:], cwd=ROOT, env=env)
+        else:
+            self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def result(self, timeout: float = RUN_SECONDS) -> tuple[dict, str]:
         """(the report, pytest's own output). Raises GradingFailed if there is no report."""
@@ -88,6 +95,100 @@ class GradingRun:
         finally:
             self.folder.cleanup()
         return report, output
+
+
+def prepare_forked_runs(unit: str) -> None:
+    """Import pytest, the grading plugin and `unit`'s grader module here, and from now on run
+    every GradingRun of this process (and of processes forked from it) in a forked child.
+
+    For `course.py autograde`'s workers, which grade one notebook after another: the child
+    starts with what a fresh `python -m pytest` spends half a second (a NumPy unit) to two
+    seconds (a PyTorch unit) importing. The run is otherwise the same: the same command line,
+    the test file collected (and its asserts rewritten) afresh, the submission in its own
+    sandboxed worker. Nothing is computed here, so no thread pool (torch's) exists to be
+    forked. A plain `nbgrader autograde` keeps the fresh process."""
+    global _FORK_RUNS
+    import _pytest.assertion.rewrite  # noqa: F401
+    import _pytest.python  # noqa: F401
+    import pytest  # noqa: F401
+
+    from . import plugin, student  # noqa: F401
+    from .units import UNITS
+
+    UNITS.get(unit)  # its grader module, and what that imports (torch for units 04-07)
+    _FORK_RUNS = True
+
+
+class ForkedPytest:
+    """`pytest.main(args)` in a forked child, with the little of `subprocess.Popen` that
+    GradingRun uses: communicate(timeout) -> (output, None), kill(), returncode."""
+
+    def __init__(self, args: list[str], cwd: Path, env: dict):
+        import selectors
+
+        for stream in (sys.stdout, sys.stderr):
+            stream.flush()  # or the child would write the parent's buffered text again
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            code = 3
+            try:
+                os.close(read_end)
+                null = os.open(os.devnull, os.O_RDONLY)
+                os.dup2(null, 0)
+                os.dup2(write_end, 1)
+                os.dup2(write_end, 2)
+                os.chdir(cwd)
+                os.environ.clear()
+                os.environ.update(env)
+                import pytest
+
+                code = int(pytest.main(args))
+            finally:
+                try:
+                    sys.stdout.flush()
+                    sys.stderr.flush()
+                finally:
+                    os._exit(code)
+        os.close(write_end)
+        self.pid, self.returncode = pid, None
+        self._read_end, self._chunks = read_end, []
+        self._selector = selectors.DefaultSelector()
+        self._selector.register(read_end, selectors.EVENT_READ)
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self._read_end is not None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("pytest", timeout)
+            if self._selector.select(left):
+                chunk = os.read(self._read_end, 65536)
+                if chunk:
+                    self._chunks.append(chunk)
+                else:
+                    self._close_pipe()
+        self._wait()
+        return b"".join(self._chunks).decode("utf-8", errors="replace"), None
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self._close_pipe()
+
+    def _close_pipe(self) -> None:
+        if self._read_end is not None:
+            self._selector.close()
+            os.close(self._read_end)
+            self._read_end = None
+
+    def _wait(self) -> None:
+        if self.returncode is None:
+            _, status = os.waitpid(self.pid, 0)
+            self.returncode = os.waitstatus_to_exitcode(status)
 
 
 def check(unit: str, path: str | Path) -> dict:

@@ -28,10 +28,26 @@ def is_quiz_cell(cell) -> bool:
     return isinstance(metadata, dict) and "quiz" in metadata
 
 
+# Locked cells are the instructor's, and nbgrader restores their text from the gradebook
+# before grading. Those named `setup*` define what the answers build on (imports, given
+# functions). The others only test or show the answers: visible checks, figures and demos.
+# `course.py build` refuses a locked cell named any other way.
+SETUP_PREFIX = "setup"
+SHOWS_ONLY_PREFIXES = ("check_", "figure_", "demo_")
+
+
+def is_shows_only_cell(cell) -> bool:
+    """A locked visible check, figure or demo: the grader's worker does not run it (it defines
+    nothing a graded function needs, and the kernel runs it for the feedback page anyway)."""
+    meta = nbgrader_meta(cell)
+    return (bool(meta.get("locked")) and not meta.get("grade") and not meta.get("solution")
+            and str(meta.get("grade_id", "")).startswith(SHOWS_ONLY_PREFIXES))
+
+
 def is_reference_cell(cell) -> bool:
     """The cells that make up the reference: solution cells and the `setup` (imports) cell."""
     meta = nbgrader_meta(cell)
-    return bool(meta.get("solution")) or str(meta.get("grade_id", "")).startswith("setup")
+    return bool(meta.get("solution")) or str(meta.get("grade_id", "")).startswith(SETUP_PREFIX)
 
 
 def without_magics(source: str) -> str:
@@ -70,7 +86,7 @@ def code_cells(path: str | Path, reference_only: bool = False) -> list[tuple[str
     for index, cell in enumerate(cells):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
-        if is_grade_cell(cell) or is_quiz_cell(cell):
+        if is_grade_cell(cell) or is_quiz_cell(cell) or is_shows_only_cell(cell):
             continue
         if reference_only and not is_reference_cell(cell):
             continue

@@ -339,3 +339,67 @@ def test_a_function_that_raises_everywhere_earns_nothing():
     assert sum(r.points for r in results) == 0
     unchanged = next(r for r in results if r.name.endswith("inputs_unchanged"))
     assert "not counted" in unchanged.message
+
+
+@pytest.mark.parametrize("unit", GRADED)
+def test_the_grader_loads_what_defines_the_answers_not_the_checks_figures_and_demos(unit, tmp_path):
+    """The worker runs the setup cells, the answer cells and any cell the student added; the
+    locked visible checks, figures and demos only test or show, and the kernel runs them."""
+    import nbformat
+
+    from autograder.submission import SHOWS_ONLY_PREFIXES, code_cells, nbgrader_meta
+
+    nb = nbformat.read(solution_notebook(unit), as_version=4)
+    shows_only = [nbgrader_meta(c)["grade_id"] for c in nb.cells
+                  if str(nbgrader_meta(c).get("grade_id", "")).startswith(SHOWS_ONLY_PREFIXES)]
+    answers = [nbgrader_meta(c)["grade_id"] for c in nb.cells if nbgrader_meta(c).get("solution")]
+    assert any(name.startswith("check_") for name in shows_only)
+    nb.cells.append(nbformat.v4.new_code_cell("def helper_of_mine():\n    return 1"))
+    path = tmp_path / "submission.ipynb"
+    nbformat.write(nb, path)
+    labels = [label for label, _ in code_cells(path)]
+    assert labels[0] == "setup" and set(answers) <= set(labels)
+    assert not set(shows_only) & set(labels)
+    assert labels[-1] == f"cell {len(nb.cells)}", "a cell the student added must still be run"
+
+
+FORKED_RUN = """
+import json, os, sys
+from pathlib import Path
+from autograder import cli
+
+unit, path, seconds = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
+cli.prepare_forked_runs(unit)
+run = cli.GradingRun(unit, path)
+assert isinstance(run.proc, cli.ForkedPytest), type(run.proc)
+try:
+    report, _ = run.result(seconds)
+    print(json.dumps({"score": report["score"], "checks": report["checks"]}))
+except cli.GradingFailed as err:
+    try:
+        os.waitpid(run.proc.pid, os.WNOHANG)
+        reaped = False
+    except ChildProcessError:
+        reaped = True
+    print(json.dumps({"failed": str(err), "reaped": reaped}))
+"""
+
+
+def test_a_forked_grading_run_grades_as_a_fresh_process_does(tmp_path):
+    """`course.py autograde`'s workers fork the hidden tests from a process that has them
+    imported; the report must be the one a fresh `python -m pytest` gives, and a run past its
+    time is killed and reaped."""
+    wrong = SUBMISSIONS / "01_attention" / "wrong_no_scaling.py"
+    forked = subprocess.run([sys.executable, "-c", FORKED_RUN, "01_attention", str(wrong), "120"], cwd=ROOT,
+                            capture_output=True, text=True, timeout=300)
+    assert forked.returncode == 0, forked.stderr
+    fresh = check_cli("01_attention", wrong)
+    assert json.loads(forked.stdout) == {"score": fresh["score"], "checks": fresh["checks"]}
+    assert 0 < fresh["score"] < fresh["max_score"]
+
+    looping = tmp_path / "loops.py"
+    looping.write_text("def softmax(x, axis=-1):\n    while True:\n        pass\n")
+    stopped = subprocess.run([sys.executable, "-c", FORKED_RUN, "01_attention", str(looping), "2"], cwd=ROOT,
+                             capture_output=True, text=True, timeout=300)
+    assert stopped.returncode == 0, stopped.stderr
+    assert json.loads(stopped.stdout) == {"failed": "the hidden tests of 01_attention ran past 2 s", "reaped": True}

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 import yaml
 
-from autograder.build import build
+from autograder.build import build, check_locked_cells
 from autograder.paths import EXERCISES, QUIZZES, release_notebook, solution_notebook
 from autograder.submission import nbgrader_meta
 from autograder.units import UNITS
@@ -71,3 +71,15 @@ def test_every_graded_part_has_one_hidden_grade_cell_with_its_points(unit):
         assert meta["points"] == part.points > 0
     visible = [c for c in nb.cells if str(nbgrader_meta(c).get("grade_id", "")).startswith("check_")]
     assert len(visible) >= len(UNITS[unit].parts), "every part needs a visible check cell"
+
+
+def test_a_locked_cell_says_by_its_name_whether_the_grader_runs_it():
+    """The grader's worker runs locked `setup*` cells and leaves out locked checks, figures and
+    demos; a locked cell named otherwise would be left ambiguous, so the build refuses it."""
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = 1", metadata={"nbgrader": {
+        "grade": False, "solution": False, "locked": True, "grade_id": name}}) for name in ("setup", "check_x")]
+    check_locked_cells(nb, "fine.ipynb")
+    nb.cells[1].metadata["nbgrader"]["grade_id"] = "helpers"
+    with pytest.raises(ValueError, match="helpers"):
+        check_locked_cells(nb, "ambiguous.ipynb")

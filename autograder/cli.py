@@ -49,8 +49,12 @@ def pytest_command(unit: str, submission: Path, report: Path) -> list[str]:
     # A unit with a shorter cell limit (its notebook's cells are quick) loads the submission
     # under it too: a visible check that loops stops there, not after nbgrader's 30 s.
     cell_seconds = get_unit(unit).cell_seconds
+    # `-p autograder.plugin --noconftest`: the plugin is what autograder/tests/conftest.py
+    # would load, and no conftest.py near the submission (or in the course's own tests/) is
+    # ever imported into the trusted run.
     return [sys.executable, "-m", "pytest", str(grader_file(unit)), "--submission", str(submission),
             "--grading-json", str(report), "-q", "--no-header", "-p", "no:cacheprovider",
+            "-p", "autograder.plugin", "--noconftest",
             "--rootdir", str(ROOT), "-o", "addopts=",
             *(["--cell-seconds", str(cell_seconds)] if cell_seconds else [])]
 
@@ -103,19 +107,25 @@ def prepare_forked_runs(unit: str) -> None:
 
     For `course.py autograde`'s workers, which grade one notebook after another: the child
     starts with what a fresh `python -m pytest` spends half a second (a NumPy unit) to two
-    seconds (a PyTorch unit) importing. The run is otherwise the same: the same command line,
+    seconds (a unit whose checks use PyTorch) importing. The run is otherwise the same: the same command line,
     the test file collected (and its asserts rewritten) afresh, the submission in its own
     sandboxed worker. Nothing is computed here, so no thread pool (torch's) exists to be
     forked. A plain `nbgrader autograde` keeps the fresh process."""
     global _FORK_RUNS
+    import importlib
+
     import _pytest.assertion.rewrite  # noqa: F401
     import _pytest.python  # noqa: F401
     import pytest  # noqa: F401
 
     from . import plugin, student  # noqa: F401
-    from .units import UNITS
 
-    UNITS.get(unit)  # its grader module, and what that imports (torch for units 04-07)
+    spec = get_unit(unit)  # its grader module, and what that imports (torch for units 04-07)
+    for name in spec.grader_imports:  # what its checks import when they run (torch for unit 03)
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # the run reports it, as a fresh process would
     _FORK_RUNS = True
 
 

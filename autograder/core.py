@@ -141,6 +141,9 @@ class Unit:
     # kernel's run only makes the outputs of the feedback page (the grades come from the
     # hidden tests), so a looping cell is stopped sooner and costs the class less time.
     cell_seconds: float | None = None
+    # Modules the checks import only when they run (unit 03's torch oracle): a class-grading
+    # worker imports them once, before it forks a grading run (cli.prepare_forked_runs).
+    grader_imports: tuple[str, ...] = ()
 
     def part(self, name: str) -> Part:
         for part in self.parts:

@@ -90,7 +90,7 @@ def grade(student, unit: Unit, part: str, check) -> CheckResult:
     A part's checks are graded together, once (a check may count only with another, and a
     function that timed out is not called again), then reported one test at a time.
     """
-    config = pytest_config()
+    config = _session_config()
     cache = config._grading.setdefault("parts", {})
     key = (unit.name, part)
     if key not in cache:
@@ -112,7 +112,7 @@ def pytest_sessionstart(session):
     _CONFIG = session.config
 
 
-def pytest_config():
+def _session_config():
     return _CONFIG
 
 

@@ -257,3 +257,34 @@ def test_a_submission_cannot_steer_checks_output_or_exit_status(tmp_path, attack
     report = json.loads(out)
     assert status == 1 and report["score"] == 0 and report["max_score"] == UNITS["01_attention"].points
     assert len(report["checks"]) == sum(len(p.checks) for p in UNITS["01_attention"].parts)
+
+
+# ---------------------------------------------------------------- library shortcuts a part forbids
+
+SDPA = "torch.nn.functional.scaled_dot_product_attention"
+SHORTCUT_USERS = """
+import sys
+
+def torch_imported():
+    return "torch" in sys.modules
+
+def at_call_time(n):
+    import torch  # imported by the call itself, after the rule was set up
+    q = torch.ones(1, n, 2)
+    return float(torch.nn.functional.scaled_dot_product_attention(q, q, q).sum())
+"""
+
+
+def test_a_forbidden_shortcut_raises_even_when_the_call_imports_its_library():
+    """A NumPy unit forbids torch's attention without importing torch into every worker (a
+    second and a half of CPU per notebook); a function that imports torch itself still
+    meets the rule, and torch works again once the call is over."""
+    with worker(SHORTCUT_USERS) as student:
+        outcome = student.call("torch_imported", forbid=(SDPA,))
+        assert outcome.error is None and outcome.value is False
+        outcome = student.call("at_call_time", 3, forbid=(SDPA,))
+        assert outcome.value is None and "off limits" in outcome.error, outcome
+        outcome = student.call("at_call_time", 3, forbid=(SDPA,))  # torch now imported: patched at once
+        assert "off limits" in outcome.error, outcome
+        outcome = student.call("at_call_time", 3)
+        assert outcome.error is None and outcome.value == pytest.approx(6.0), outcome

@@ -471,6 +471,7 @@ PARTS = (
 UNIT = Unit(
     UNIT_NAME,
     cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
+    grader_imports=("torch",),  # torch_oracle's
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
     sample_bug=SampleBug(

@@ -476,29 +476,91 @@ def library_function(dotted: str):
 
 def forbid(names) -> list:
     """Library shortcuts an exercise asks the student to write themselves raise while the
-    call runs. A teaching rule, not a defence: the grader does not rely on it."""
+    call runs. A teaching rule, not a defence: the grader does not rely on it.
+
+    A library the submission has not imported is not imported for this (torch would cost a
+    NumPy unit's worker a second and a half per notebook): if the call imports it, the
+    shortcut is replaced as soon as its module has run. Returns what `unforbid` undoes."""
     import importlib
 
-    saved = []
+    undo: list = []
+    later: dict[str, list[str]] = {}
     for dotted in names:
         module_name, attr = str(dotted).rsplit(".", 1)
+        if module_name.split(".")[0] not in sys.modules:
+            later.setdefault(module_name, []).append(attr)
+            continue
         try:
             module = importlib.import_module(module_name)
-            original = getattr(module, attr)
-        except (ImportError, AttributeError):
+        except ImportError:
             continue
+        _refuse(module, attr, undo)
+    if later:
+        finder = _RefuseOnImport(later, undo)
+        sys.meta_path.insert(0, finder)
+        undo.append(lambda: sys.meta_path.remove(finder) if finder in sys.meta_path else None)
+    return undo
 
-        def refuse(*args, _name=dotted, **kwargs):
-            raise ForbiddenShortcut(f"{_name} is off limits in this exercise: write it from scratch")
 
-        saved.append((module, attr, original))
-        setattr(module, attr, refuse)
-    return saved
+def _refuse(module, attr: str, undo: list) -> None:
+    try:
+        original = getattr(module, attr)
+    except AttributeError:
+        return
+    name = f"{module.__name__}.{attr}"
+
+    def refuse(*args, **kwargs):
+        raise ForbiddenShortcut(f"{name} is off limits in this exercise: write it from scratch")
+
+    setattr(module, attr, refuse)
+    undo.append(lambda: setattr(module, attr, original))
 
 
-def unforbid(saved) -> None:
-    for module, attr, original in reversed(saved):
-        setattr(module, attr, original)
+class _RefuseOnImport:
+    """A meta path finder for the modules `forbid` is waiting for: the first time one is
+    imported, its loader is wrapped so the shortcuts are replaced right after it runs."""
+
+    def __init__(self, waiting: dict[str, list[str]], undo: list):
+        self.waiting, self.undo = waiting, undo
+
+    def find_spec(self, fullname, path=None, target=None):
+        attrs = self.waiting.pop(fullname, None)
+        if attrs is None:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _ThenRefuse(spec.loader, attrs, self.undo)
+        return spec
+
+
+class _ThenRefuse:
+    """A loader that runs the real one, then replaces the module's shortcuts."""
+
+    def __init__(self, loader, attrs: list[str], undo: list):
+        self.loader, self.attrs, self.undo = loader, attrs, undo
+
+    def create_module(self, spec):
+        return self.loader.create_module(spec)
+
+    def exec_module(self, module):
+        self.loader.exec_module(module)
+        for attr in self.attrs:
+            _refuse(module, attr, self.undo)
+
+    def __getattr__(self, name):  # get_source, is_package, ...: the real loader's
+        return getattr(self.loader, name)
+
+
+def unforbid(undo) -> None:
+    for step in reversed(undo):
+        step()
 
 
 def main(argv: list[str]) -> int:

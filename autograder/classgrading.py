@@ -26,6 +26,7 @@ engine, a local process pool (`concurrent.futures`) by default or a Dask cluster
 from __future__ import annotations
 
 import argparse
+import gc
 import hashlib
 import io
 import json
@@ -137,6 +138,9 @@ def autograde_forked(course: Path, unit: str, student: str, seconds: float) -> s
     for stream in (sys.stdout, sys.stderr):
         stream.flush()
     read_end, write_end = os.pipe()
+    # The child's garbage collections then leave the worker's objects alone: walking them
+    # would write to, and so copy, every page they sit on (a fifth of a grading's CPU here).
+    gc.freeze()
     pid = os.fork()
     if pid == 0:  # the child: grade, write the log to the pipe, leave without cleanup
         code = 1

@@ -13,6 +13,7 @@ not be graded (with `--json`: `{"unit", "path", "error"}`).
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import signal
@@ -139,6 +140,7 @@ class ForkedPytest:
         for stream in (sys.stdout, sys.stderr):
             stream.flush()  # or the child would write the parent's buffered text again
         read_end, write_end = os.pipe()
+        gc.freeze()  # the child's collections leave the parent's objects (and their pages) alone
         pid = os.fork()
         if pid == 0:
             code = 3

@@ -175,8 +175,6 @@ def bench_grading(students: int = 40, units=("01_attention", "02_masking", "03_m
     import tempfile
     from pathlib import Path
 
-    import nbformat
-
     from . import classgrading
     from .nbgrader_course import ScratchCourse
     from .paths import unit_notebook_name
@@ -195,9 +193,7 @@ def bench_grading(students: int = 40, units=("01_attention", "02_masking", "03_m
             notebooks = class_notebooks(unit, courses["sequential"].release / unit / name, students)
             for course in courses.values():
                 for student, nb in notebooks.items():
-                    target = course.path / "submitted" / student / unit / name
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    nbformat.write(nb, target)
+                    course.submit(student, unit, nb, name)
             started = time.perf_counter()
             courses["sequential"].autograde(unit)
             sequential = time.perf_counter() - started

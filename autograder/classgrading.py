@@ -26,12 +26,12 @@ engine, a local process pool (`concurrent.futures`) by default or a Dask cluster
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import hashlib
 import io
 import json
 import os
-import selectors
 import shutil
 import subprocess
 import sys
@@ -41,6 +41,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .forked import Forked
 from .nbgrader_course import ScratchCourse
 from .paths import ROOT
 from .report import fmt
@@ -132,83 +133,24 @@ def autograde_forked(course: Path, unit: str, student: str, seconds: float) -> s
     and the hidden-test process are in it), so a run past `seconds` is killed whole, and the
     worker itself, and the other submissions it will grade, never share its fate.
     """
-    import signal
-
     _warm_up(unit)
-    for stream in (sys.stdout, sys.stderr):
-        stream.flush()
-    read_end, write_end = os.pipe()
-    # The child's garbage collections then leave the worker's objects alone: walking them
-    # would write to, and so copy, every page they sit on (a fifth of a grading's CPU here).
-    # Collected first, so the worker's own garbage between tasks is freed, not frozen for good.
-    gc.collect()
-    gc.freeze()
-    pid = os.fork()
-    if pid == 0:  # the child: grade, write the log to the pipe, leave without cleanup
-        code = 1
-        try:
-            os.close(read_end)
-            os.setsid()
-            _die_with_parent()
-            for fd in (1, 2):  # whatever else is printed goes to the log too, not to the terminal
-                os.dup2(write_end, fd)
-            with quiet_gradebook():
-                log = _autograde_here(course, unit, student)
-            with os.fdopen(write_end, "w", encoding="utf-8", errors="replace") as out:
-                out.write(log)
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write_end)
-    deadline = time.monotonic() + seconds
-    chunks = []
-    os.set_blocking(read_end, False)
-    waiting = selectors.DefaultSelector()
-    waiting.register(read_end, selectors.EVENT_READ)
+    gc.collect()  # so the worker's own garbage between tasks is freed, not frozen for good by the fork
+    child = Forked(functools.partial(_autograde_in_child, course, unit, student), own_group=True)
     try:
-        while True:
-            # The child writes its log just before it exits: wake up on that, not on a timer.
-            if waiting.select(min(max(deadline - time.monotonic(), 0.0), 0.25)):
-                chunk = _read_rest(read_end)
-                chunks.append(chunk)
-                if not chunk:  # end of file: the child is exiting; stop watching the pipe
-                    waiting.unregister(read_end)
-            done, _ = os.waitpid(pid, os.WNOHANG)
-            if done:
-                break
-            if time.monotonic() > deadline:
-                os.killpg(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-                raise subprocess.TimeoutExpired("nbgrader autograde", seconds)
-        while chunk := _read_rest(read_end):
-            chunks.append(chunk)
+        log, _ = child.communicate(seconds)
+    except subprocess.TimeoutExpired:
+        raise subprocess.TimeoutExpired("nbgrader autograde", seconds) from None
     finally:
-        waiting.close()
-        os.close(read_end)
-        try:
-            os.killpg(pid, signal.SIGKILL)  # anything the run left behind in its group
-        except (ProcessLookupError, PermissionError):
-            pass
-    return b"".join(chunks).decode("utf-8", errors="replace")
+        child.kill()  # the run past its time, or anything it left behind in its group
+    return log
 
 
-def _die_with_parent() -> None:
-    """Linux: be killed when the worker that forked this child dies (a killed run leaves no
-    grading behind it; the child's own group is killed by the worker otherwise)."""
-    import ctypes
-    import signal
-
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _read_rest(fd: int) -> bytes:
-    try:
-        return os.read(fd, 65536)
-    except BlockingIOError:
-        return b""
+def _autograde_in_child(course: Path, unit: str, student: str) -> int:
+    """In the forked child: grade, and print nbgrader's log (everything printed is the log)."""
+    with quiet_gradebook():
+        log = _autograde_here(course, unit, student)
+    sys.stdout.write(log)
+    return 0
 
 
 _WARM: set[str] = set()  # the units this worker is ready for

@@ -13,18 +13,17 @@ not be graded (with `--json`: `{"unit", "path", "error"}`).
 from __future__ import annotations
 
 import argparse
-import gc
+import functools
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
 from .core import CheckResult
+from .forked import Forked
 from .paths import ROOT
 from .report import fmt, summary
 from .units import get_unit
@@ -78,7 +77,7 @@ class GradingRun:
                    MPLBACKEND="Agg")
         command = pytest_command(unit, submission, self.report_path)
         if _FORK_RUNS and threading.active_count() == 1:  # forking a threaded process is unsafe
-            self.proc = ForkedPytest(command[3:], cwd=ROOT, env=env)
+            self.proc = Forked(functools.partial(_pytest_here, command[3:], ROOT, env))
         else:
             self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -104,7 +103,8 @@ class GradingRun:
 
 def prepare_forked_runs(unit: str) -> None:
     """Import pytest, the grading plugin and `unit`'s grader module here, and from now on run
-    every GradingRun of this process (and of processes forked from it) in a forked child.
+    every GradingRun of this process (and of processes forked from it) in a forked child
+    (`forked.Forked`).
 
     For `course.py autograde`'s workers, which grade one notebook after another: the child
     starts with what a fresh `python -m pytest` spends half a second (a NumPy unit) to two
@@ -130,77 +130,14 @@ def prepare_forked_runs(unit: str) -> None:
     _FORK_RUNS = True
 
 
-class ForkedPytest:
-    """`pytest.main(args)` in a forked child, with the little of `subprocess.Popen` that
-    GradingRun uses: communicate(timeout) -> (output, None), kill(), returncode."""
+def _pytest_here(args: list[str], cwd: Path, env: dict) -> int:
+    """In a forked child: what `python -m pytest ARGS` would do, in `cwd` with `env`."""
+    import pytest
 
-    def __init__(self, args: list[str], cwd: Path, env: dict):
-        import selectors
-
-        for stream in (sys.stdout, sys.stderr):
-            stream.flush()  # or the child would write the parent's buffered text again
-        read_end, write_end = os.pipe()
-        gc.freeze()  # the child's collections leave the parent's objects (and their pages) alone
-        pid = os.fork()
-        if pid == 0:
-            code = 3
-            try:
-                os.close(read_end)
-                null = os.open(os.devnull, os.O_RDONLY)
-                os.dup2(null, 0)
-                os.dup2(write_end, 1)
-                os.dup2(write_end, 2)
-                os.chdir(cwd)
-                os.environ.clear()
-                os.environ.update(env)
-                import pytest
-
-                code = int(pytest.main(args))
-            finally:
-                try:
-                    sys.stdout.flush()
-                    sys.stderr.flush()
-                finally:
-                    os._exit(code)
-        os.close(write_end)
-        self.pid, self.returncode = pid, None
-        self._read_end, self._chunks = read_end, []
-        self._selector = selectors.DefaultSelector()
-        self._selector.register(read_end, selectors.EVENT_READ)
-
-    def communicate(self, timeout: float | None = None) -> tuple[str, None]:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self._read_end is not None:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired("pytest", timeout)
-            if self._selector.select(left):
-                chunk = os.read(self._read_end, 65536)
-                if chunk:
-                    self._chunks.append(chunk)
-                else:
-                    self._close_pipe()
-        self._wait()
-        return b"".join(self._chunks).decode("utf-8", errors="replace"), None
-
-    def kill(self) -> None:
-        if self.returncode is None:
-            try:
-                os.kill(self.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        self._close_pipe()
-
-    def _close_pipe(self) -> None:
-        if self._read_end is not None:
-            self._selector.close()
-            os.close(self._read_end)
-            self._read_end = None
-
-    def _wait(self) -> None:
-        if self.returncode is None:
-            _, status = os.waitpid(self.pid, 0)
-            self.returncode = os.waitstatus_to_exitcode(status)
+    os.chdir(cwd)
+    os.environ.clear()
+    os.environ.update(env)
+    return int(pytest.main(args))
 
 
 def check(unit: str, path: str | Path) -> dict:

@@ -205,10 +205,19 @@ class ScratchCourse:
     def generate_assignment(self, unit: str) -> None:
         self.nbgrader("generate_assignment", unit, "--force", "--create")
 
-    def submit(self, student: str, unit: str, notebook: Path, name: str) -> Path:
+    def submit(self, student: str, unit: str, notebook, name: str) -> Path:
+        """Hand in `notebook` (a file's path, raw bytes or a notebook node) where nbgrader
+        looks for `student`'s submission of `unit`."""
         target = self.path / "submitted" / student / unit / name
         target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(notebook, target)
+        if isinstance(notebook, bytes):
+            target.write_bytes(notebook)
+        elif isinstance(notebook, (str, Path)):
+            shutil.copyfile(notebook, target)
+        else:
+            import nbformat
+
+            nbformat.write(notebook, target)
         return target
 
     def autograde(self, unit: str) -> subprocess.CompletedProcess:

@@ -45,12 +45,7 @@ def make_course(path: Path, notebooks: dict) -> ScratchCourse:
     course.create()
     course.generate_assignment(UNIT)
     for student, nb in notebooks.items():
-        target = course.path / "submitted" / student / UNIT / NAME
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(nb, bytes):
-            target.write_bytes(nb)
-        else:
-            nbformat.write(nb, target)
+        course.submit(student, UNIT, nb, NAME)
     return course
 
 

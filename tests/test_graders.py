@@ -367,11 +367,12 @@ FORKED_RUN = """
 import json, os, sys
 from pathlib import Path
 from autograder import cli
+from autograder.forked import Forked
 
 unit, path, seconds = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
 cli.prepare_forked_runs(unit)
 run = cli.GradingRun(unit, path)
-assert isinstance(run.proc, cli.ForkedPytest), type(run.proc)
+assert isinstance(run.proc, Forked), type(run.proc)
 try:
     report, _ = run.result(seconds)
     print(json.dumps({"score": report["score"], "checks": report["checks"]}))

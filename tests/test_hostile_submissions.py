@@ -234,12 +234,7 @@ def hostile_class(tmp_path_factory):
         expected[student] = score
     for student in TAMPERED:
         content, score = tampered(maker, student)
-        target = course.path / "submitted" / student / UNIT / NAME
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if isinstance(content, bytes):
-            target.write_bytes(content)
-        else:
-            nbformat.write(content, target)
+        course.submit(student, UNIT, content, NAME)
         expected[student] = score
     # the canary: graded last (nbgrader goes in name order), its files must come out intact
     canary = course.submit("zed", UNIT, _write(course.path / "incoming" / "zed" / NAME, maker.notebook(maker.answers)),

@@ -29,6 +29,7 @@ def restore_deleted_grade_cells_preprocessor():
     (our visible checks) comes first it raises KeyError, and the student's whole notebook
     goes ungraded. This version puts the cell after the nearest earlier cell still there.
     """
+    from nbgrader.api import MissingEntry
     from nbgrader.preprocessors import OverwriteCells
     from traitlets import Bool
 
@@ -43,6 +44,20 @@ def restore_deleted_grade_cells_preprocessor():
                 if cell.get("metadata", {}).get("nbgrader") == {}:
                     del cell.metadata["nbgrader"]
             return super().preprocess(nb, resources)
+
+        def preprocess_cell(self, cell, resources, cell_index):
+            # A cell claiming a grade_id the gradebook does not know (a student's own cell
+            # marked locked, say): nbgrader deletes the id only, and the nbgrader metadata left
+            # without one stops that student's whole notebook further on. It is an ordinary cell.
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if grade_id is not None:
+                try:
+                    self.gradebook.find_source_cell(grade_id, self.notebook_id, self.assignment_id)
+                except MissingEntry:
+                    self.log.warning("Cell %r is not in the gradebook: graded as an ordinary cell", grade_id)
+                    del cell.metadata["nbgrader"]
+                    return cell, resources
+            return super().preprocess_cell(cell, resources, cell_index)
 
         def add_missing_grade_cells(self, nb, resources):
             source_nb = self.gradebook.find_notebook(self.notebook_id, self.assignment_id)

@@ -196,12 +196,19 @@ def tampered(maker: SampleMaker, student: str):
         for cell in nb.cells:
             cell.metadata.pop("nbgrader", None)
         return nb, FULL
+    if student == "tamper_unknown_locked":  # a cell of the student's own, marked locked under a new id
+        mine = nbformat.v4.new_code_cell("mine = 1")
+        mine.metadata["nbgrader"] = {"grade": False, "solution": False, "locked": True, "task": False,
+                                     "grade_id": "check_mine", "schema_version": 3}
+        nb.cells.insert(3, mine)
+        return nb, FULL
     if student == "tamper_json":
         return b'{"cells": [ this is not json', 0
     raise KeyError(student)
 
 
-TAMPERED = ("tamper_points", "tamper_retyped", "tamper_schema", "tamper_stripped", "tamper_json")
+TAMPERED = ("tamper_points", "tamper_retyped", "tamper_schema", "tamper_stripped", "tamper_unknown_locked",
+            "tamper_json")
 
 
 def tree_digest() -> str:

@@ -4,12 +4,15 @@
     bench attention    naive, tiled (unit 07's reference) and fused attention: time and peak memory
     bench grading [--students N] [--units U,...]   a class graded by sequential nbgrader and by
                        `course.py autograde --workers 2`, side by side
+    bench load [--units U,...]   every unit's reference graded 4 at a time beside 4 busy loops per
+                       core, twice, and by `course.py autograde --workers 4`: all full marks?
 
 Figures are measured side by side in one run, on the GPU when there is one (else the CPU).
 """
 
 from __future__ import annotations
 
+import json
 import statistics
 import sys
 import time
@@ -229,7 +232,99 @@ def bench_grading(students: int = 40, units=("01_attention", "02_masking", "03_m
     return {"rows": rows, "identical": identical}
 
 
-BENCHES = {"generation": bench_generation, "attention": bench_attention, "grading": bench_grading}
+def _spin() -> None:  # a busy loop, for the load benchmark
+    while True:
+        pass
+
+
+def bench_load(units=None, at_once: int = 4, busy_per_core: int = 4, rounds: int = 2, workers: int = 4,
+               log=print) -> dict:
+    """Correct answers graded on a busy machine: every unit's reference, `at_once` `course.py check`
+    runs at a time beside `busy_per_core` busy loops per core, `rounds` times over; then
+    `course.py autograde --workers N` on a class of `at_once` references per unit, beside the
+    same busy loops. Every grading should give full marks: a grade depends on the answer alone."""
+    import multiprocessing
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    from . import classgrading
+    from .demo import SampleMaker
+    from .nbgrader_course import ScratchCourse
+    from .paths import ROOT, solution_notebook, unit_notebook_name
+    from .units import UNITS
+
+    units = list(units or UNITS)
+    cores = os.cpu_count() or 1
+    context = multiprocessing.get_context("spawn")
+    spinners = [context.Process(target=_spin, daemon=True) for _ in range(busy_per_core * cores)]
+    for spinner in spinners:
+        spinner.start()
+    log(f"{len(spinners)} busy loops on {cores} cores; {at_once} gradings at a time, {rounds} rounds")
+
+    def check(unit: str) -> tuple[float, float, float]:
+        started = time.perf_counter()
+        proc = subprocess.run([sys.executable, "-m", "autograder", "check", unit, str(solution_notebook(unit)),
+                               "--json"], cwd=ROOT, capture_output=True, text=True)
+        try:
+            report = json.loads(proc.stdout)
+            return float(report["score"]), float(report["max_score"]), time.perf_counter() - started
+        except (ValueError, KeyError):
+            return float("nan"), UNITS[unit].points, time.perf_counter() - started
+
+    rows, full, total = [], 0, 0
+    root = Path(tempfile.mkdtemp(prefix="bench-load-"))
+    try:
+        for round_ in range(1, rounds + 1):
+            for unit in units:
+                with ThreadPoolExecutor(at_once) as pool:
+                    results = list(pool.map(check, [unit] * at_once))
+                scores = [score for score, _, _ in results]
+                most = results[0][1]
+                full += sum(score == most for score in scores)
+                total += len(scores)
+                rows.append((f"check, round {round_}", unit, scores, most, max(t for _, _, t in results)))
+                log(f"round {round_} {unit}: {', '.join(f'{s:g}' for s in scores)} of {most:g} "
+                    f"(slowest {rows[-1][4]:.0f} s)")
+        course = ScratchCourse(root / "course")
+        course.create()
+        for unit in units:
+            name = unit_notebook_name(unit)
+            course.generate_assignment(unit)
+            maker = SampleMaker(unit, course.release / unit / name)
+            for i in range(at_once):
+                course.submit(f"ref{i}", unit, maker.notebook(maker.answers), name)
+            started = time.perf_counter()
+            with open(root / f"{unit}.log", "w") as stream:
+                run = classgrading.autograde_class(course.path, unit, workers=workers, stream=stream)
+            seconds = time.perf_counter() - started
+            table = classgrading.scores(course.path, unit)
+            scores = [table.get(f"ref{i}", (float("nan"), 0))[0] for i in range(at_once)]
+            most = UNITS[unit].points
+            full += sum(score == most for score in scores)
+            total += len(scores)
+            rows.append((f"autograde --workers {workers}", unit, scores, most, seconds))
+            log(f"autograde --workers {workers} {unit}: {', '.join(f'{s:g}' for s in scores)} of {most:g}, "
+                f"{len(run.failures)} not graded, {seconds:.0f} s")
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+        shutil.rmtree(root, ignore_errors=True)
+    log("")
+    log("| grading | unit | scores | full marks | slowest s |")
+    log("| --- | --- | --- | --- | --- |")
+    for how, unit, scores, most, seconds in rows:
+        log(f"| {how} | {unit} | {' '.join(f'{s:g}' for s in scores)} | {sum(s == most for s in scores)}/{len(scores)} "
+            f"| {seconds:.0f} |")
+    log(f"correct answers graded beside {busy_per_core} busy loops per core: {full} of {total} at full marks")
+    return {"rows": rows, "full": full, "total": total}
+
+
+BENCHES = {"generation": bench_generation, "attention": bench_attention, "grading": bench_grading,
+           "load": bench_load}
 
 
 def main(argv: list[str]) -> int:
@@ -246,6 +341,19 @@ def main(argv: list[str]) -> int:
         args = parser.parse_args(argv[1:])
         bench_grading(args.students, tuple(args.units.split(",")), args.workers)
         return 0
+    if argv[0] == "load":
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="python3 course.py bench load")
+        parser.add_argument("--units", default=None, help="comma-separated (default: every unit)")
+        parser.add_argument("--at-once", type=int, default=4)
+        parser.add_argument("--busy-per-core", type=int, default=4)
+        parser.add_argument("--rounds", type=int, default=2)
+        parser.add_argument("--workers", type=int, default=4)
+        args = parser.parse_args(argv[1:])
+        result = bench_load(args.units.split(",") if args.units else None, args.at_once, args.busy_per_core,
+                            args.rounds, args.workers)
+        return 0 if result["full"] == result["total"] else 1
     BENCHES[argv[0]]()
     return 0
 

@@ -47,7 +47,7 @@ from .paths import ROOT
 from .report import fmt
 
 LEDGER_DIR = ".course_autograde"
-SUBMISSION_SECONDS = 900.0  # one student's whole notebook run: far above a normal one (about 10 s)
+SUBMISSION_SECONDS = 1800.0  # one student's whole notebook run: far above a normal one (10 to 60 s), even loaded
 ENGINE_VERSION = 1  # bump when what a task returns changes: every submission is graded again
 
 
@@ -188,6 +188,9 @@ def _autograde_here(course: Path, unit: str, student: str) -> str:
 def nbgrader_failure(log: str) -> str:
     """The one line of nbgrader's log that says why nothing was graded."""
     lines = [line.strip() for line in log.splitlines() if line.strip()]
+    grader = [line for line in lines if "the grader failed" in line or "the sandbox could not start" in line]
+    if grader:  # the grader's own failure (nbgrader_grades.GraderFailure): the submission is not to blame
+        return f"the grader failed (not the submission): {grader[-1].split('failed: ', 1)[-1][:300]}"
     for marker in ("[ERROR]", "Error", "error"):
         found = [line for line in lines if marker in line]
         if found:

@@ -29,7 +29,7 @@ from .report import fmt, summary
 from .units import get_unit
 
 GRADERS = ROOT / "autograder" / "tests"
-RUN_SECONDS = 900  # the whole run, for one submission: far above any honest one
+RUN_SECONDS = 1800  # the whole run, for one submission: far above any honest one, even on a busy machine
 _FORK_RUNS = False  # set by `prepare_forked_runs`, in a class-grading worker only
 
 
@@ -98,6 +98,8 @@ class GradingRun:
                                 f"{tail}") from None
         finally:
             self.folder.cleanup()
+        if report.get("grader_error"):
+            raise GradingFailed(f"the grader failed on {self.unit}: {report['grader_error']}")
         return report, output
 
 

@@ -18,6 +18,7 @@ import copy
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -122,7 +123,9 @@ class Part:
     # is too short: a few training steps, say.
     seconds: float | None = None
     # Classes the course gives out in later units ("coursekit.gpt.GPT"): a student's class
-    # that is one of them, or derives from one, earns nothing here.
+    # copied from one earns nothing here. The unit's `hidden` keeps the file out of the
+    # sandbox, so the class cannot be imported, read or rebuilt there under any name; and
+    # the submission's own text is compared with its source (`copies_course_class`).
     not_from: tuple[str, ...] = ()
 
     @property
@@ -144,6 +147,13 @@ class Unit:
     # Modules the checks import only when they run (unit 03's torch oracle): a class-grading
     # worker imports them once, before it forks a grading run (cli.prepare_forked_runs).
     grader_imports: tuple[str, ...] = ()
+    # Modules the student's worker imports before any timed call (torch._dynamo, which an
+    # optimizer's first step imports): an import cut short by a time limit would leave a
+    # half-made module for every later check.
+    worker_imports: tuple[str, ...] = ()
+    # Course files the student's sandbox shows empty (paths from the course root): what this
+    # unit asks students to write, where the course ships a finished one for later units.
+    hidden: tuple[str, ...] = ()
 
     def part(self, name: str) -> Part:
         for part in self.parts:
@@ -258,6 +268,8 @@ def _describe_args(args, kwargs) -> str:
 class StudentApi:
     """A probe's view of the student's code: every step runs in the worker."""
 
+    trusted = False  # what runs here is the student's: measure from outside, believe nothing
+
     def __init__(self, student, stubs: dict, forbid: tuple, seconds: float):
         self.student, self.options = student, {"stubs": stubs, "forbid": forbid, "seconds": seconds}
 
@@ -292,10 +304,11 @@ class StudentApi:
     def grads(self, obj):
         return self._ok("reading the parameters' gradients", obj.grads())
 
-    def census_call(self, name, *args, **kwargs):
-        """(the function's result, [[shape, count], ...] of every tensor the call created)."""
-        outcome = self.student.call(name, *args, census=True, **self.options, **kwargs)
-        return self._ok(f"`{name}({_describe_args(args, kwargs)})`", outcome), outcome.census
+    def memory_call(self, name, *args, **kwargs):
+        """(the function's result, its footprint: the peak memory the call added, measured by the
+        grader from outside the worker; see `Student.call(measure_memory=True)`)."""
+        outcome = self.student.call(name, *args, measure_memory=True, **self.options, **kwargs)
+        return self._ok(f"`{name}({_describe_args(args, kwargs)})`", outcome), outcome.footprint
 
     def given(self, dotted, *args, **kwargs):
         """One of the course's own objects (a coursekit model, a torch.Generator), built where
@@ -303,16 +316,25 @@ class StudentApi:
         return self._ok(f"building the course's `{dotted.rsplit('.', 1)[-1]}`",
                         self.student.make(dotted, *args, **kwargs))
 
-    def watch(self, obj, modules: dict):
-        return self._ok("watching the model's modules", obj.watch(modules))
+    def remote_model(self, fields: dict, state: dict, spec: dict):
+        """The course's GPT with these weights, for the student's function to drive: its layers
+        run here, in the grader, which records the calls named in `spec` (see `call_record`)."""
+        return self._ok("building the course's GPT", self.student.remote_model(fields, state, spec))
 
-    def watched(self, obj):
-        return self._ok("reading what the model's modules saw", obj.watched())
+    def watched(self, obj) -> list:
+        """The records of a remote model's calls, made here."""
+        return self.student.remote_records(obj)
+
+    def model_state(self, obj) -> tuple[dict, dict]:
+        """(the weights, their gradients) of a remote model, as the grader holds them."""
+        return self.student.remote_state(obj)
 
 
 class TrustedApi:
     """The same steps on trusted code in this process: the reference, or a namespace in
     which one catalogued variant stands in for the part being graded."""
+
+    trusted = True  # the course's own code: it may show what it does from inside
 
     def __init__(self, namespace: dict):
         self.namespace = namespace
@@ -352,29 +374,108 @@ class TrustedApi:
     def grads(self, obj):
         return {name: p.grad for name, p in obj.named_parameters()}
 
-    def census_call(self, name, *args, **kwargs):
-        from .worker.main import TensorCensus
-
+    def memory_call(self, name, *args, **kwargs):
+        """(the result, {"census": the shapes of the tensors it created}): trusted code only."""
         counter = TensorCensus()
         with counter.mode():
             value = self.namespace[name](*args, **kwargs)
-        return value, counter.largest()
+        return value, {"census": counter.largest()}
 
     def given(self, dotted, *args, **kwargs):
         from .worker.main import trusted_factory
 
         return trusted_factory(dotted)(*args, **kwargs)
 
-    def watch(self, obj, modules: dict):
-        from .worker.main import install_watch
-
-        self.watches[id(obj)] = records = []
-        self.hooks[id(obj)] = install_watch(obj, modules, records)
+    def remote_model(self, fields: dict, state: dict, spec: dict):
+        model = trusted_gpt(fields, state)
+        self.watches[id(model)] = records = []
+        self.hooks[id(model)] = install_watch(model, spec, records)
+        return model
 
     def watched(self, obj):
         for hook in self.hooks.pop(id(obj), []):
             hook.remove()
         return self.watches.pop(id(obj), [])
+
+    def model_state(self, obj) -> tuple[dict, dict]:
+        return obj.state_dict(), {name: p.grad for name, p in obj.named_parameters()}
+
+
+MAX_WATCH_RECORDS = 5000
+
+
+def trusted_gpt(fields: dict, state: dict):
+    """The course's GPT (`coursekit.gpt.GPT`) with these weights, in this process."""
+    import types
+
+    from coursekit.gpt import GPT
+
+    model = GPT(types.SimpleNamespace(**fields))
+    model.load_state_dict(state)
+    return model
+
+
+def call_record(name: str, keep: str, first, output) -> dict:
+    """What a watched call of a model's module leaves: its name, its input's shape, and by `keep`
+    "input" (a small integer input, such as positions) or "last" (the output at the last
+    position: `output[:, -1]` of a `(B, T, V)` output; a `(B, V)` output is kept whole)."""
+    import torch
+
+    record = {"module": name, "shape": list(getattr(first, "shape", ()))}
+    if keep == "input" and isinstance(first, torch.Tensor) and first.numel() <= 65536:
+        record["input"] = first.detach().clone()
+    if keep == "last" and isinstance(output, torch.Tensor) and output.ndim >= 2:
+        record["last"] = (output[..., -1, :] if output.ndim >= 3 else output).detach().clone()
+    return record
+
+
+def install_watch(module, spec: dict, records: list) -> list:
+    """Forward hooks on `module`'s submodules (by name, what to keep: see `call_record`) that
+    append one record per call to `records`. Trusted code only (the reference, a catalogued
+    variant): a student's model is watched by the grader computing its layers itself
+    (`Student.remote_model`), never by hooks in the student's process."""
+    hooks = []
+    for name, keep in spec.items():
+        def hook(mod, inputs, output, _name=name, _keep=keep):
+            if len(records) < MAX_WATCH_RECORDS:
+                records.append(call_record(_name, _keep, inputs[0] if inputs else None, output))
+
+        hooks.append(module.get_submodule(name).register_forward_hook(hook))
+    return hooks
+
+
+class TensorCensus:
+    """The shapes of every tensor a call creates, by operator output (views included), via a
+    TorchDispatchMode: how trusted code (the reference, a catalogued variant) shows its memory.
+    Never used on a student's code, whose process could fool it: that is measured from outside
+    (`Student.call(measure_memory=True)`)."""
+
+    def __init__(self):
+        self.shapes: dict[tuple, int] = {}
+
+    def mode(self):
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        census = self
+
+        class Census(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                out = func(*args, **(kwargs or {}))
+                for value in out if isinstance(out, tuple | list) else (out,):
+                    shape = tuple(getattr(value, "shape", ()) or ())
+                    if hasattr(value, "shape") and len(census.shapes) < 10_000:
+                        census.shapes[shape] = census.shapes.get(shape, 0) + 1
+                return out
+
+        return Census()
+
+    def largest(self, count: int = 20) -> list:
+        """[[shape, times seen], ...], the largest shapes first."""
+        import math
+
+        ranked = sorted(self.shapes.items(), key=lambda item: -math.prod(item[0]))
+        return [[list(shape), n] for shape, n in ranked[:count]]
+
 
 
 def _probe_student(probe, api: StudentApi, inputs: Inputs) -> Outcome:
@@ -385,7 +486,7 @@ def _probe_student(probe, api: StudentApi, inputs: Inputs) -> Outcome:
         if outcome.timed_out:
             return outcome
         return Outcome(error=f"{failed.step} raised {outcome.error}", error_type=outcome.error_type,
-                       where=outcome.where, value=outcome.value)
+                       where=outcome.where, value=outcome.value, crashed=outcome.crashed)
 
 
 def _probe_trusted(probe, namespace: dict, inputs: Inputs) -> _Trusted:
@@ -528,10 +629,11 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             misconception=mistake.name if mistake else None,
         )
 
-    given = [name for name in part.not_from if kind == "class" and name in student.lineage(part.name)]
+    source = student.source() if hasattr(student, "source") else ""
+    given = [name for name in part.not_from if copies_course_class(source, name)]
     if given:
-        return [result(check, False, f"`{part.name}` is the course's ready-made `{given[0]}` (given to later units), "
-                       "not your own: write the class here") for check in part.checks]
+        return [result(check, False, f"`{part.name}` is copied from the course's ready-made `{given[0]}` (given to "
+                       "later units), not your own: write the class here") for check in part.checks]
     if kind not in ("function", "class"):
         if kind != "missing":
             why = f"`{part.name}` is {kind}, not a function"
@@ -551,20 +653,27 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             results.append(result(check, False, gave_up))
             continue
         inputs = check.make_inputs(seeded_rng(unit.name, part.name, check.name))
-        given = inputs.copy()
-        if check.probe is not None:
-            outcome = _probe_student(check.probe, StudentApi(student, stubs, part.forbid, seconds), given)
-        else:
-            outcome = student.call(part.name, *given.args, seconds=seconds, stubs=stubs, forbid=part.forbid,
-                                   return_args=check.kind == "unchanged", **given.kwargs)
+
+        def run_check(check=check, inputs=inputs):
+            given = inputs.copy()
+            if check.probe is not None:
+                return _probe_student(check.probe, StudentApi(student, stubs, part.forbid, seconds), given)
+            return student.call(part.name, *given.args, seconds=seconds, stubs=stubs, forbid=part.forbid,
+                                return_args=check.kind == "unchanged", **given.kwargs)
+
+        outcome = run_check()
+        if outcome.timed_out or outcome.crashed:
+            # Once more, in the fresh worker that replaced the one that failed: a time limit
+            # counts CPU time, but a grade must not rest on one run going wrong.
+            outcome = run_check()
         if outcome.timed_out:
             gave_up = (
-                f"not run: `{part.name}` did not finish within {seconds:g} s on an earlier "
-                "check (an infinite loop?)"
+                f"not run: `{part.name}` did not finish within {seconds:g} s of computing time on an earlier "
+                "check, even when run again in a fresh process (an infinite loop?)"
             )
             results.append(result(
                 check, False,
-                f"{check.what}: `{part.name}` did not finish within {seconds:g} s "
+                f"{check.what}: `{part.name}` did not finish within {seconds:g} s of computing time, twice "
                 "(an infinite loop, or a loop that never ends for these shapes?)",
             ))
             continue
@@ -605,6 +714,63 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         if swapped_note and not unfinished:
             results[i].message += swapped_note
     return apply_requirements(part, results)
+
+
+# difflib's ratio of two token streams at which one is a copy of the other: a pasted copy with its
+# names changed scores 0.99, the reference solution's GPT 0.78 (they share the contract's names)
+COPY_SIMILARITY = 0.92
+
+
+def _class_tokens(source: str, name: str | None = None) -> list[list[str]]:
+    """The token streams (no comments, docstrings or layout) of the classes defined in `source`
+    (those named `name`, or all of them); none where it does not parse."""
+    import ast
+    import io
+    import tokenize
+
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return []
+    streams = []
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.ClassDef) or (name is not None and node.name != name):
+            continue
+        for inner in ast.walk(node):  # drop docstrings: words, not code
+            body = getattr(inner, "body", None)
+            if isinstance(body, list) and body and isinstance(body[0], ast.Expr) and \
+                    isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str):
+                inner.body = body[1:] or [ast.Pass()]
+        text = ast.unparse(node)
+        try:
+            tokens = [t.string for t in tokenize.generate_tokens(io.StringIO(text).readline)
+                      if t.type not in (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT,
+                                        tokenize.DEDENT, tokenize.ENDMARKER)]
+        except (tokenize.TokenError, SyntaxError):
+            continue
+        streams.append(tokens[2:])  # without `class Name`: a renamed copy is still a copy
+    return streams
+
+
+def copies_course_class(source: str, dotted: str) -> bool:
+    """Whether any class in the submission's code is (nearly token for token) the course's class
+    `dotted` ("coursekit.gpt.GPT"): judged on the text the grader read, not on anything the
+    submission's process reports about its classes."""
+    import difflib
+    import importlib.util
+
+    module_name, class_name = dotted.rsplit(".", 1)
+    spec = importlib.util.find_spec(module_name)
+    if not source or spec is None or not spec.origin:
+        return False
+    course = _class_tokens(Path(spec.origin).read_text(), class_name)
+    if not course:
+        return False
+    for candidate in _class_tokens(source):
+        matcher = difflib.SequenceMatcher(None, candidate, course[0], autojunk=False)
+        if matcher.real_quick_ratio() >= COPY_SIMILARITY and matcher.ratio() >= COPY_SIMILARITY:
+            return True
+    return False
 
 
 def judge_unchanged(check: Check, inputs: Inputs, outcome: Outcome) -> tuple[bool, str]:

@@ -10,11 +10,12 @@ environment and coursekit, no network, its own PID namespace, and resource limit
 Three things change because of that:
 
 - Transport. The sandbox has a network namespace of its own, so the kernel cannot listen
-  on the grader's 127.0.0.1. It talks over Unix sockets (ZeroMQ's `ipc` transport) in a
-  private folder made for each kernel, bound read-write into the sandbox at the same path,
-  next to the connection file. The folder is removed when the kernel is cleaned up. (It
-  is the one place on the grader's disk the kernel can write to, within the sandbox's
-  file-size limit, for as long as the notebook runs.)
+  on the grader's 127.0.0.1. It talks over Unix sockets (ZeroMQ's `ipc` transport) that it
+  makes in the sandbox's own /tmp, a small in-memory filesystem with a size cap; the grader
+  reaches them from outside through the sandbox's root, `/proc/<its init>/root/tmp/...`.
+  The connection file (with the session key) is the grader's, in a private folder, shown to
+  the kernel read-only. So nothing of the grader's disk is writable from the kernel, and a
+  notebook that fills its /tmp fills its own sandbox only.
 - Signals. The grader's child is bubblewrap, not the kernel, and bubblewrap forwards no
   signals. nbgrader interrupts a cell that runs past its timeout with SIGINT, so the
   interrupt goes to the process group inside the sandbox, where the kernel runs; every
@@ -23,9 +24,9 @@ Three things change because of that:
 - Working folder. The kernel runs in the sandbox's private /scratch, not in the
   submission's folder (which is on the grader's disk).
 
-`SandboxedExecute` is nbgrader's `Execute` with this kernel, and it also caps what one cell
-may accumulate in the grader's memory: a cell that prints in a tight loop until its
-timeout would otherwise hold every line of it.
+`SandboxedExecute` is nbgrader's `Execute` with this kernel, and it also caps what the
+notebook may accumulate in the grader's memory: per cell, and for the whole notebook,
+every output and every widget (comm) message counts.
 """
 
 from __future__ import annotations
@@ -36,9 +37,9 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
@@ -59,35 +60,26 @@ KERNEL_LIMITS = replace(Limits(), cpu_seconds=30 * 60)
 # notebooks may test it to skip slow cells.
 PASSED_TO_KERNEL = ("NBGRADER_EXECUTION",)
 
-
-def _children(pid: int) -> list[int]:
-    """The process ids of `pid`'s children."""
-    try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
-    except OSError:  # a Linux kernel built without CONFIG_PROC_CHILDREN: look at every process
-        children = []
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            with contextlib.suppress(OSError, ValueError, IndexError):
-                # The fields after the command name, which may itself hold spaces and ')'.
-                if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
-                    children.append(int(stat.parent.name))
-        return children
+# Inside the sandbox: where the kernel reads its connection file, and the prefix of its sockets.
+CONNECTION_FILE_INSIDE = "/kernel/connection.json"
+SOCKETS_INSIDE = "/tmp/kernel-ipc"  # kernel-ipc-1 ... kernel-ipc-5, in the sandbox's own /tmp
 
 
 class SandboxedProvisioner(LocalProvisioner):
     """Starts the kernel as a `SandboxedProcess`, and stops and signals it there."""
 
-    folder: str | None = None  # the connection file and sockets; kept across restarts
+    folder: str | None = None  # the grader's private folder for the connection file; kept across restarts
     sandbox: SandboxedProcess | None = None
+    sockets_outside: str | None = None  # the sockets' prefix as the grader reaches them
 
     async def pre_launch(self, **kwargs):
         km = self.parent
         if self.folder is None:
-            # realpath: the folder is bound at the same path inside, and the connection
-            # file names the sockets by this path on both sides.
-            self.folder = os.path.realpath(tempfile.mkdtemp(prefix="grader-kernel-"))
+            self.folder = tempfile.mkdtemp(prefix="grader-kernel-")  # mode 0700: the grader's alone
         km.transport = "ipc"
-        km.ip = os.path.join(self.folder, "kernel-ipc")  # sockets kernel-ipc-1 ... kernel-ipc-5
+        # The connection file names the sockets as the kernel sees them (the grader's side
+        # switches to its own view once the sandbox is up: SandboxedKernelManager).
+        km.ip = SOCKETS_INSIDE if sandbox_problem() is None else os.path.join(self.folder, "kernel-ipc")
         km.connection_file = os.path.join(self.folder, "kernel.json")
         return await super().pre_launch(**kwargs)
 
@@ -95,15 +87,17 @@ class SandboxedProvisioner(LocalProvisioner):
         # kwargs holds nbclient's cwd (the submission's folder) and the grader's whole
         # environment: the kernel gets neither.
         env = {name: os.environ[name] for name in PASSED_TO_KERNEL if name in os.environ}
+        km = self.parent
+        mounts = [tuple(m) for m in km.mounts]
         if sandbox_problem() is not None:
             # Unsandboxed, the kernel is the grader's child: let it exit if the grader dies.
             # (Sandboxed, bubblewrap's --die-with-parent does that, and the kernel's parent
             # is the sandbox's init, which this variable would mistake for an orphaning.)
             env["JPY_PARENT_PID"] = str(os.getpid())
-        km = self.parent
+        else:
+            mounts.append((km.connection_file, CONNECTION_FILE_INSIDE))
         try:
-            self.sandbox = SandboxedProcess(cmd, limits=km.limits, shared_dirs=(self.folder,), cwd="/scratch",
-                                            env=env, mounts=tuple(tuple(m) for m in km.mounts))
+            self.sandbox = SandboxedProcess(cmd, limits=km.limits, cwd="/scratch", env=env, mounts=tuple(mounts))
         except BaseException:
             self._remove_folder()
             raise
@@ -111,6 +105,8 @@ class SandboxedProvisioner(LocalProvisioner):
         self.pid = self.process.pid
         self.pgid = None  # see _kernel_group: bubblewrap's own group holds only bubblewrap
         self.cwd = "/scratch"
+        self.sockets_outside = (f"/proc/{self.sandbox.init_pid}/root{SOCKETS_INSIDE}" if self.sandbox.sandboxed
+                                else km.ip)
         return self.connection_info
 
     def _kernel_group(self) -> int | None:
@@ -120,8 +116,7 @@ class SandboxedProvisioner(LocalProvisioner):
         # bubblewrap's child is the sandbox's init (PID 1 inside), which made a new session
         # (--new-session) and started the kernel in it. An init ignores signals it has no
         # handler for, so a SIGINT to this group reaches the kernel and its children only.
-        children = _children(self.sandbox.pid)
-        return children[0] if children else None
+        return self.sandbox.init_pid
 
     async def send_signal(self, signum: int) -> None:
         if self.sandbox is None or not self.sandbox.alive():
@@ -181,7 +176,13 @@ class SandboxedKernelManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         # The sandbox holds one Python, the grader's environment, whatever kernel the
         # notebook's metadata names; a kernelspec elsewhere on the disk would not be there.
-        return [sys.executable, "-m", "ipykernel_launcher", "-f", self.connection_file, *(extra_arguments or [])]
+        connection_file = CONNECTION_FILE_INSIDE if sandbox_problem() is None else self.connection_file
+        return [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file, *(extra_arguments or [])]
+
+    async def _async_launch_kernel(self, kernel_cmd: list[str], **kw) -> None:
+        await super()._async_launch_kernel(kernel_cmd, **kw)
+        # From here on the grader's clients reach the kernel's sockets from outside the sandbox.
+        self.ip = self.provisioner.sockets_outside
 
     async def _async_pre_start_kernel(self, **kw):
         if self.provisioner is None:  # jupyter_client would pick one from the kernelspec
@@ -221,6 +222,12 @@ class SandboxedExecute(Execute):
     max_output_chars = Integer(
         1_000_000, help="Characters of output (stream text, serialised display data) one cell may keep."
     ).tag(config=True)
+    max_notebook_output_chars = Integer(
+        5_000_000, help="Characters of output and widget (comm) messages the whole notebook may send."
+    ).tag(config=True)
+    max_notebook_seconds = Integer(
+        1200, help="Seconds the whole notebook may run; cells after that are not run (the page says so)."
+    ).tag(config=True)
 
     def __init__(self, **kw):
         # Before nbgrader's Execute sets its own default, AsyncKernelManager.
@@ -243,18 +250,39 @@ class SandboxedExecute(Execute):
     def _default_shutdown_kernel(self):
         return "immediate"  # nothing in a student's kernel needs a graceful end; don't wait for one
 
+    @default("store_widget_state")
+    def _default_store_widget_state(self):
+        return False  # the feedback page shows no widgets; their state would only grow the notebook
+
+    @default("startup_timeout")
+    def _default_startup_timeout(self):
+        # A sandbox and a kernel take a second to start on an idle machine, and many times that
+        # on one grading a class with more workers than cores. A kernel that cannot start fails
+        # the notebook (the grader's failure: it is not recorded, and tried again next run).
+        return 600
+
     # ------------------------------------------------------------ the output cap
     #
     # Every output message of a cell is charged, whether nbclient keeps it in the cell or
-    # hands it to an Output widget; a clear_output does not refund anything. Past the
-    # budget, outputs are dropped and one note is added. The note is an error output:
+    # hands it to an Output widget, and so is every widget (comm) message; a clear_output
+    # does not refund anything. Each cell has a budget, and all cells together draw on the
+    # notebook's. Past the budget, outputs are dropped and one note is added. The note is an error output:
     # nbgrader scores a grade cell 0 when its outputs hold an error, and a grade cell
     # without a result or an error scores full marks, so a cell whose score was dropped
     # must not pass for one that never printed one. (A note on stderr would do the same,
     # but nbgrader's LimitOutput, which runs next, drops stream outputs past 1000 lines.)
 
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
-        self._budget = _OutputBudget(outputs=self.max_outputs, chars=self.max_output_chars)
+        self._budget = _OutputBudget(outputs=self.max_outputs,
+                                     chars=max(0, min(self.max_output_chars, self._notebook_chars_left)))
+        if cell.cell_type == "code" and time.monotonic() > self._notebook_deadline:
+            # A notebook that keeps every cell waiting (a garbled kernel connection, a cell that
+            # sleeps to its timeout over and over) does not hold up the class: this page only
+            # shows the outputs; the grades come from the hidden tests, which ran separately.
+            cell.outputs = [new_output("error", ename="NotebookStopped", traceback=[], evalue=(
+                f"not run: the notebook had run for {self.max_notebook_seconds} s. Your grades come from the "
+                "hidden tests, which ran your code separately."))]
+            return cell
         try:
             return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
         except (DeadKernelError, CellTimeoutError) as err:
@@ -276,6 +304,8 @@ class SandboxedExecute(Execute):
 
         unit = ((resources or {}).get("nbgrader") or {}).get("assignment")
         self._unit_cell_seconds = UNITS[unit].cell_seconds if unit in UNITS else None
+        self._notebook_chars_left = self.max_notebook_output_chars
+        self._notebook_deadline = time.monotonic() + self.max_notebook_seconds
         try:
             return super().preprocess(nb, resources, km)
         except _NotebookStopped:
@@ -289,24 +319,35 @@ class SandboxedExecute(Execute):
     # nbclient binds its synchronous execute_cell to its own async_execute_cell.
     execute_cell = run_sync(async_execute_cell)
 
+    _notebook_chars_left = 0  # set for each notebook in preprocess
+    _notebook_deadline = float("inf")
+
+    def _charge(self, chars: int, outputs: int = 0) -> None:
+        self._budget.chars -= chars
+        self._budget.outputs -= outputs
+        self._notebook_chars_left -= chars
+
+    def _truncate(self, outs) -> dict:
+        self._budget.truncated = True
+        note = new_output("error", ename="OutputTruncated", evalue=TRUNCATED,
+                          traceback=[f"OutputTruncated: {TRUNCATED}"])
+        outs.append(note)
+        return note
+
     def output(self, outs, msg, display_id, cell_index):
         budget = self._budget
         if budget.truncated:
             return None
         size = _size(msg)
         if budget.outputs > 1 and size <= budget.chars:  # one output is kept back for the note
-            budget.outputs -= 1
-            budget.chars -= size
+            self._charge(size, outputs=1)
             return super().output(outs, msg, display_id, cell_index)
         if msg["msg_type"] == "stream" and budget.outputs > 1 and budget.chars > 0:
             # Keep the start of the text that overflows: it shows what the cell was printing.
             head = {**msg, "content": {**msg["content"], "text": msg["content"]["text"][: budget.chars]}}
+            self._charge(budget.chars)
             super().output(outs, head, display_id, cell_index)
-        budget.truncated = True
-        note = new_output("error", ename="OutputTruncated", evalue=TRUNCATED,
-                          traceback=[f"OutputTruncated: {TRUNCATED}"])
-        outs.append(note)
-        return note
+        return self._truncate(outs)
 
     def _update_display_id(self, display_id, msg):
         # An update replaces the data of outputs already kept, which could grow them past the
@@ -315,8 +356,20 @@ class SandboxedExecute(Execute):
         if self._budget.truncated or size > self._budget.chars:
             return
         if msg["msg_type"] == "update_display_data":
-            self._budget.chars -= size
+            self._charge(size)
         super()._update_display_id(display_id, msg)
+
+    def handle_comm_msg(self, outs, msg, cell_index):
+        # Widget messages carry state and binary buffers that nbclient would otherwise hold in
+        # memory and write into the notebook: they draw on the same budget as outputs.
+        if self._budget.truncated:
+            return
+        size = _size(msg) + sum(len(b) for b in msg.get("buffers") or ())
+        if size > self._budget.chars:
+            self._truncate(outs)
+            return
+        self._charge(size)
+        super().handle_comm_msg(outs, msg, cell_index)
 
 
 def configure_kernel(c) -> None:

@@ -9,7 +9,11 @@
   kernel;
 - `FillGradeCells` (after Execute) waits for that run and replaces every grade cell's
   outputs with the run's message and points, clamped to the cell's maximum as the
-  gradebook records it (the submission's own metadata is never believed);
+  gradebook records it (the submission's own metadata is never believed). When the run
+  itself failed (no sandbox could start, the graders crashed), that is the grader's
+  failure: it raises, so nbgrader records nothing for this notebook, and the next run of
+  `nbgrader autograde` (or `course.py autograde`, which lists the student with the
+  reason) grades it again;
 - `InertOutputs` keeps only inert kinds of output (plain text, PNG and JPEG images) in
   the student's cells, so no output can run script when a feedback page is opened.
 """
@@ -58,9 +62,13 @@ class StartTrustedGrading(Preprocessor):
         return nb, resources
 
 
+class GraderFailure(RuntimeError):
+    """The hidden tests could not grade this notebook for a reason of the grader's own."""
+
+
 class FillGradeCells(Preprocessor):
     enabled = True
-    timeout = Float(900.0, help="seconds to wait for the hidden tests of one notebook").tag(config=True)
+    timeout = Float(1800.0, help="seconds to wait for the hidden tests of one notebook").tag(config=True)
 
     def preprocess(self, nb, resources):
         run = RUNS.pop(_key(resources), None)
@@ -73,8 +81,8 @@ class FillGradeCells(Preprocessor):
                 if "error" in report:
                     problem, report = f"your notebook could not be graded: {report['error']}", None
             except GradingFailed as err:
-                problem = GRADER_FAILED.format(str(err).splitlines()[0])
                 self.log.error("Grading %s failed: %s", _key(resources), err)
+                raise GraderFailure(f"not graded, the grader failed: {str(err).splitlines()[0]}") from None
             finally:
                 shutil.rmtree(run.submission.parent, ignore_errors=True)
         max_scores = self._max_scores(resources)

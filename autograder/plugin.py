@@ -28,6 +28,7 @@ import pytest
 
 from .core import CHECK_SECONDS, CheckResult, Unit, grade_part
 from .report import fmt, total
+from .sandbox import SandboxUnavailable
 from .submission import Unreadable
 
 GRADER_FAILED = ("the grader could not check this ({}). This is a problem with the grader, not with your "
@@ -46,7 +47,7 @@ def pytest_addoption(parser):
 
 def pytest_configure(config):
     config.addinivalue_line("markers", "points(n): the points a hidden check is worth")
-    config._grading = {"results": {}, "order": [], "units": [], "notes": [], "error": None}
+    config._grading = {"results": {}, "order": [], "units": [], "notes": [], "error": None, "grader_error": None}
 
 
 # ---------------------------------------------------------------- fixtures
@@ -54,23 +55,37 @@ def pytest_configure(config):
 
 @pytest.fixture(scope="session")
 def student(request):
+    from .paths import ROOT
     from .student import Student
+    from .units import get_unit
 
     path = request.config.getoption("--submission")
     if not path:
         raise pytest.UsageError("the hidden graders need --submission PATH (a notebook or a .py file)")
     state = request.config._grading
+    units = [get_unit(name) for name in state["units"]]
     try:
-        limits = {"call_seconds": request.config.getoption("--call-seconds")}
+        options = {"call_seconds": request.config.getoption("--call-seconds"),
+                   "hidden": tuple(str(ROOT / name) for unit in units for name in unit.hidden),
+                   "imports": tuple(name for unit in units for name in unit.worker_imports)}
         if request.config.getoption("--cell-seconds"):
-            limits["cell_seconds"] = request.config.getoption("--cell-seconds")
-        submission = Student.open(path, **limits)
+            options["cell_seconds"] = request.config.getoption("--cell-seconds")
+        submission = Student.open(path, **options)
     except Unreadable as err:
         state["error"] = str(err)
         pytest.exit(f"cannot grade: {err}", returncode=2)
+    except SandboxUnavailable as err:
+        _grader_failed(state, err)
     state["notes"] = submission.notes
     yield submission
     submission.close()
+
+
+def _grader_failed(state: dict, err: Exception):
+    """The grader, not the submission, failed (no sandbox could start): the whole run stops,
+    and its report says so, so that nothing is recorded for this student."""
+    state["grader_error"] = str(err)
+    pytest.exit(f"the grader failed: {err}", returncode=3)
 
 
 # ---------------------------------------------------------------- what a grader file uses
@@ -94,8 +109,11 @@ def grade(student, unit: Unit, part: str, check) -> CheckResult:
     cache = config._grading.setdefault("parts", {})
     key = (unit.name, part)
     if key not in cache:
-        cache[key] = {r.name.split("/", 1)[1]: r for r in grade_part(unit, part, student,
-                                                                     config.getoption("--call-seconds"))}
+        try:
+            results = grade_part(unit, part, student, config.getoption("--call-seconds"))
+        except SandboxUnavailable as err:
+            _grader_failed(config._grading, err)
+        cache[key] = {r.name.split("/", 1)[1]: r for r in results}
     result = cache[key][check.name]
     config._grading["results"][_current_nodeid()] = result
     if not result.passed:
@@ -172,6 +190,8 @@ def grading_report(config) -> dict:
               "checks": [r.to_json() for r in results], "load_notes": list(state["notes"])}
     if state["error"]:
         report = {"unit": unit, "path": config.getoption("--submission"), "error": state["error"]}
+    if state["grader_error"]:
+        report = {"unit": unit, "path": config.getoption("--submission"), "grader_error": state["grader_error"]}
     return report
 
 
@@ -182,7 +202,8 @@ def pytest_sessionfinish(session, exitstatus):
 
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
-    if not config.getoption("--submission", default=None) or config._grading["error"]:
+    if not config.getoption("--submission", default=None) or config._grading["error"] or \
+            config._grading["grader_error"]:
         return
     report = grading_report(config)
     for note in report["load_notes"]:

@@ -24,8 +24,10 @@ import contextlib
 import functools
 import importlib.util
 import io
+import json
 import os
 import resource
+import select
 import shutil
 import signal
 import subprocess
@@ -52,7 +54,9 @@ class TimeLimitExceeded(BaseException):
 
 @contextlib.contextmanager
 def time_limit(seconds: float):
-    """Interrupt the block after `seconds` (main thread only; elsewhere, no limit).
+    """Interrupt the block after `seconds` of this process's CPU time (main thread only;
+    elsewhere, no limit). CPU time, not wall-clock time: a busy machine makes trusted code
+    slower, not costlier, and must never turn a reference into a timeout.
 
     For trusted code only (the reference and the catalogued variants): student code runs
     in a sandboxed process, and its time limit is enforced by killing that process.
@@ -65,13 +69,52 @@ def time_limit(seconds: float):
     def interrupt(signum, frame):
         raise TimeLimitExceeded(seconds)
 
-    previous = signal.signal(signal.SIGALRM, interrupt)
-    signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
+    previous = signal.signal(signal.SIGPROF, interrupt)
+    outer = signal.setitimer(signal.ITIMER_PROF, seconds, 0.25)
     try:
         yield
     finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+        signal.setitimer(signal.ITIMER_PROF, *outer)
+        signal.signal(signal.SIGPROF, previous)
+
+
+def _address_space() -> int | None:
+    """This process's virtual memory size in bytes (VmSize), or None where /proc has none."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmSize:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+@contextlib.contextmanager
+def memory_cap(extra_bytes: int):
+    """Let the block allocate at most `extra_bytes` more address space in this process: past
+    that, an allocation fails (MemoryError in NumPy, a RuntimeError in PyTorch) instead of
+    taking the machine's memory. For trusted code run on a student's arguments (a callback)."""
+    used = _address_space()
+    try:
+        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    except (OSError, ValueError):
+        used = None
+    if used is None:
+        yield
+        return
+    cap = used + extra_bytes
+    for limit in (soft, hard):
+        if limit != resource.RLIM_INFINITY:
+            cap = min(cap, limit)
+    try:
+        resource.setrlimit(resource.RLIMIT_AS, (cap, hard))
+    except (OSError, ValueError):
+        yield
+        return
+    try:
+        yield
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
 
 
 @contextlib.contextmanager
@@ -96,7 +139,7 @@ class Limits:
     processes: int = 256  # processes and threads together (a pids cgroup counts threads too)
     file_bytes: int = 64 << 20  # the largest file it may write
     open_files: int = 256
-    tmp_bytes: int = 256 << 20  # its private /tmp and scratch folder, in memory
+    tmp_bytes: int = 128 << 20  # each of its private /tmp, /scratch and /dev/shm, in memory
 
 
 # Environment variables passed through: they change how numerical libraries run, never
@@ -131,17 +174,21 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc/ld.so
                 "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/localtime", "/etc/ssl/certs")
 
 
-def bwrap_argv(bwrap: str, limits: Limits, *, cwd: str, shared_dirs: tuple[str, ...] = (),
-               mounts: tuple[tuple[str, str], ...] = ()) -> list[str]:
-    """bubblewrap's arguments: `shared_dirs` are bound read-write at the same path (the
-    kernel's connection folder), `mounts` are (source, destination) read-only files."""
+def bwrap_argv(bwrap: str, limits: Limits, *, cwd: str, mounts: tuple[tuple[str, str], ...] = (),
+               hidden: tuple[str, ...] = (), info_fd: int | None = None) -> list[str]:
+    """bubblewrap's arguments: `mounts` are (source, destination) read-only files or folders,
+    `hidden` paths of the course tree are shown empty, and bubblewrap writes the sandbox's
+    init's process id to `info_fd`. Nothing of the grader's disk is writable inside."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
+    if info_fd is not None:
+        argv += ["--info-fd", str(info_fd)]
     # The private /tmp comes first: the course (or its environment) may itself live under
     # /tmp, and a tmpfs mounted after the binds below would hide them.
     argv += ["--proc", "/proc", "--dev", "/dev",
              "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
-             "--size", str(limits.tmp_bytes), "--tmpfs", "/scratch"]
+             "--size", str(limits.tmp_bytes), "--tmpfs", "/scratch",
+             "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
     for path in SYSTEM_PATHS:
         argv += ["--ro-bind-try", path, path]
     # The course tree is hidden even when the environment lives inside it: an empty
@@ -154,12 +201,20 @@ def bwrap_argv(bwrap: str, limits: Limits, *, cwd: str, shared_dirs: tuple[str, 
     for path in python_roots:
         if _inside(path, ROOT):
             argv += ["--ro-bind", path, path]
+    for path in hidden:  # an empty file or folder over it (a compiled copy beside it is hidden too)
+        target = Path(path)
+        folders = [target] if target.is_dir() else []
+        if target.is_file():
+            argv += ["--ro-bind", "/dev/null", str(target)]
+            folders += [target.parent / "__pycache__"] if (target.parent / "__pycache__").is_dir() else []
+        for folder in folders:
+            argv += ["--size", "4096", "--tmpfs", str(folder), "--remount-ro", str(folder)]
     argv += ["--remount-ro", str(ROOT)]
-    for path in shared_dirs:
-        argv += ["--bind", path, path]
     for source, destination in mounts:
         argv += ["--ro-bind", source, destination]
-    argv += ["--chdir", cwd]
+    # bubblewrap builds the sandbox's root on a tmpfs of no set size, writable: read-only from
+    # here on, so what the sandbox can write is the three capped folders above.
+    argv += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", cwd]
     return argv
 
 
@@ -230,8 +285,10 @@ class _PidsCgroup:
 
     BASE = Path("/sys/fs/cgroup/pids")
 
-    def __init__(self, limit: int):
+    def __init__(self, limit: int, make: bool = True):
         self.path = None
+        if not make:
+            return
         try:
             if not (self.BASE / "cgroup.procs").exists():
                 return
@@ -247,6 +304,21 @@ class _PidsCgroup:
         if self.path is not None:
             with open(self.path / "cgroup.procs", "w") as f:
                 f.write(str(os.getpid()))
+
+    @contextlib.contextmanager
+    def frozen(self):
+        """While the block runs, pids.max is what the group holds now: no process or thread more."""
+        try:
+            limit = (self.path / "pids.max").read_text().strip()
+            (self.path / "pids.max").write_text((self.path / "pids.current").read_text().strip())
+        except OSError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(OSError):
+                (self.path / "pids.max").write_text(limit)
 
     def kill_all(self) -> None:
         if self.path is None:
@@ -266,15 +338,49 @@ class _PidsCgroup:
             self.path.rmdir()
 
 
+class SandboxUnavailable(RuntimeError):
+    """The sandbox could not be started (bubblewrap failed, the machine is out of processes or
+    memory, the process inside never came up): the grader's failure, never the student's. It
+    stops that submission's grading; nothing is recorded, and the next run tries it again."""
+
+
+# The first thing that runs inside the sandbox, before the program it was asked to run (and
+# so before any student code): the per-sandbox process cap, then `exec`. Linux counts
+# RLIMIT_NPROC per user *and user namespace* (since 5.14), so a cap set here, inside the
+# sandbox's own user namespace, counts this sandbox's processes and threads only. Set before
+# bubblewrap creates the namespace, it would count every process of the grading user on the
+# machine, and one submission's threads would stop every other sandbox from starting.
+# stderr goes to /dev/null here: until now it was the pipe on which bubblewrap reports why it
+# could not start, which the grader reads, and nothing a student writes belongs there.
+LAUNCHER = (
+    "import os, resource, sys\n"
+    "n = int(sys.argv[1])\n"
+    "if n > 0:\n"
+    "    resource.setrlimit(resource.RLIMIT_NPROC, (n, n))\n"
+    "null = os.open(os.devnull, os.O_RDWR)\n"
+    "os.dup2(null, 2)\n"
+    "os.close(null)\n"
+    "os.execv(sys.argv[2], sys.argv[2:])\n"
+)
+START_ATTEMPTS = 3  # a sandbox that fails to start is tried again, after 0.5 s, then 1 s
+START_SECONDS = 60.0  # bubblewrap reports the sandbox's init within this (milliseconds, unloaded)
+
+
 class SandboxedProcess:
     """One untrusted process: `argv` run inside the sandbox (or, failing that, under the
-    resource limits alone), with the file descriptors in `pass_fds` kept open for it."""
+    resource limits alone), with the file descriptors in `pass_fds` kept open for it.
+
+    `hidden` paths (files or folders of the course tree that the sandbox would otherwise show,
+    such as `coursekit/gpt.py` for the unit that asks students to write that model) are shown
+    empty. Raises `SandboxUnavailable` when the sandbox cannot be started."""
 
     def __init__(self, argv: list[str], *, limits: Limits = Limits(), pass_fds: tuple[int, ...] = (),
-                 shared_dirs: tuple[str, ...] = (), cwd: str | None = None, env: dict | None = None,
-                 mounts: tuple[tuple[str, str], ...] = ()):
+                 cwd: str | None = None, env: dict | None = None, mounts: tuple[tuple[str, str], ...] = (),
+                 hidden: tuple[str, ...] = ()):
         self.limits = limits
         self.scratch = None
+        self.init_pid: int | None = None  # sandboxed: the sandbox's init (PID 1 inside), as numbered here
+        self._main_pid: int | None = None
         warn_if_unsandboxed()
         self.sandboxed = sandbox_problem() is None
         environment = {
@@ -285,21 +391,64 @@ class SandboxedProcess:
         }
         environment.update({k: os.environ[k] for k in PASSED_THROUGH if k in os.environ})
         environment.update(env or {})
-        if self.sandboxed:
-            command = bwrap_argv(bwrap_executable(), limits, cwd=cwd or "/scratch", shared_dirs=shared_dirs,
-                                 mounts=mounts) + argv
-        else:
+        self.cgroup = _PidsCgroup(limits.processes) if self.sandboxed else _PidsCgroup(0, make=False)
+        if not self.sandboxed:
             self.scratch = tempfile.mkdtemp(prefix="grader-scratch-")
             environment.update(HOME=self.scratch, TMPDIR=self.scratch,
                                MPLCONFIGDIR=os.path.join(self.scratch, ".matplotlib"))
-            command = argv
             cwd = self.scratch if cwd in (None, "/scratch") else cwd
-        self.cgroup = _PidsCgroup(limits.processes)
-        self.proc = subprocess.Popen(
-            command, cwd=None if self.sandboxed else cwd, env=environment, pass_fds=pass_fds,
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-            start_new_session=True, preexec_fn=self._limit_child,
-        )
+            self.proc = subprocess.Popen(
+                argv, cwd=cwd, env=environment, pass_fds=pass_fds, stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+                preexec_fn=self._limit_child)
+            self._main_pid = self.proc.pid
+            return
+        # Where a pids cgroup caps the sandbox (root), the launcher sets no RLIMIT_NPROC: root's
+        # processes are exempt from it anyway.
+        nproc = 0 if self.cgroup.path is not None else limits.processes
+        inner = [sys.executable, "-I", "-S", "-c", LAUNCHER, str(nproc), *argv]
+        problem = "no attempt"
+        for attempt in range(START_ATTEMPTS):
+            if attempt:
+                time.sleep(0.5 * 2 ** (attempt - 1))
+            problem = self._start_sandbox(inner, environment, pass_fds, cwd or "/scratch", mounts, hidden)
+            if problem is None:
+                return
+        self.cgroup.kill_all()
+        raise SandboxUnavailable(f"the sandbox could not start ({problem})")
+
+    def _start_sandbox(self, inner, environment, pass_fds, cwd, mounts, hidden) -> str | None:
+        """One attempt: bubblewrap, and its report of the sandbox's init. None, or what failed."""
+        info_r, info_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            command = bwrap_argv(bwrap_executable(), self.limits, cwd=cwd, mounts=mounts, hidden=hidden,
+                                 info_fd=info_w) + inner
+            try:
+                self.proc = subprocess.Popen(
+                    command, env=environment, pass_fds=(*pass_fds, info_w), stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL, stderr=err_w, start_new_session=True,
+                    preexec_fn=self._limit_child)
+            except OSError as err:  # fork or exec failed here: out of processes or memory
+                return f"{type(err).__name__}: {err}"
+            os.close(info_w)
+            info_w = -1
+            os.close(err_w)
+            err_w = -1
+            info = _read_until_eof(info_r, START_SECONDS)
+            try:
+                self.init_pid = int(json.loads(info)["child-pid"])
+                return None
+            except (ValueError, KeyError, TypeError):
+                pass
+            self.kill(reap=True)
+            why = _read_until_eof(err_r, 1.0).decode("utf-8", errors="replace").strip()
+            return why.splitlines()[-1][:300] if why else f"bubblewrap exited with {self.proc.returncode}"
+        finally:
+            for fd in (info_r, info_w, err_r, err_w):
+                if fd >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
 
     def _limit_child(self) -> None:  # runs in the child, after fork, before exec
         limits = self.limits
@@ -310,7 +459,7 @@ class SandboxedProcess:
             (resource.RLIMIT_NOFILE, (limits.open_files, limits.open_files)),
             (resource.RLIMIT_CORE, (0, 0)),
         ]
-        if self.cgroup.path is None:
+        if not self.sandboxed:  # no namespace of its own: the per-user count is all there is
             caps.append((resource.RLIMIT_NPROC, (limits.processes, limits.processes)))
         for which, value in caps:
             with contextlib.suppress(ValueError, OSError):
@@ -321,18 +470,136 @@ class SandboxedProcess:
     def pid(self) -> int:
         return self.proc.pid
 
+    def main_pid(self) -> int | None:
+        """The process that runs `argv` (inside the sandbox: the child of its init), as numbered
+        here; None while it is not (or no longer) there."""
+        if self._main_pid is None and self.init_pid is not None:
+            children = _children(self.init_pid)
+            if children:
+                self._main_pid = children[0]
+        return self._main_pid
+
+    def cpu_seconds(self) -> float | None:
+        """CPU time (user and system, every thread) of the process that runs `argv`, read from
+        /proc by the grader: what a time limit counts, whatever else the machine is doing."""
+        pid = self.main_pid()
+        if pid is None:
+            return None
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, ValueError, IndexError):
+            return None
+
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def kill(self) -> None:
+    # ------------------------------------------------------------ measured from outside
+    # What a check may rest on is read here, by the grader, from /proc: the sandboxed process
+    # can lie about itself, not about what the kernel reports of it.
+
+    def memory(self) -> dict[str, int]:
+        """{"rss": resident bytes now, "peak": the most resident at once since the last
+        `reset_peak_memory`} of the process that runs `argv`; {} where it cannot be read."""
+        pid = self.main_pid()
+        found = {}
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                key, _, value = line.partition(":")
+                if key in ("VmRSS", "VmHWM"):
+                    found["rss" if key == "VmRSS" else "peak"] = int(value.split()[0]) * 1024
+        except (OSError, ValueError, IndexError, TypeError):
+            return {}
+        return found
+
+    def reset_peak_memory(self) -> bool:
+        """Make the peak (VmHWM) start again from the resident size now; False where Linux refuses."""
+        try:
+            Path(f"/proc/{self.main_pid()}/clear_refs").write_text("5")
+            return True
+        except OSError:
+            return False
+
+    @contextlib.contextmanager
+    def no_new_processes(self):
+        """While the block runs, nothing in the sandbox can start a process or a thread, so the
+        main process's own memory is all the memory its work can use. Yields whether that holds:
+        in the sandbox, the per-sandbox process cap is lowered to what runs now (RLIMIT_NPROC of
+        the main process, counted in the sandbox's user namespace; the pids cgroup as root)."""
+        pid = self.main_pid()
+        if not self.sandboxed or pid is None:
+            yield False
+            return
+        if self.cgroup.path is not None:
+            with self.cgroup.frozen() as held:
+                yield held
+            return
+        try:
+            soft, hard = resource.prlimit(pid, resource.RLIMIT_NPROC)
+            tasks = sum(len(os.listdir(f"/proc/{p}/task")) for p in self.sandbox_pids())
+            resource.prlimit(pid, resource.RLIMIT_NPROC, (max(1, tasks), hard))
+        except (OSError, ValueError):
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            with contextlib.suppress(OSError, ValueError):
+                resource.prlimit(pid, resource.RLIMIT_NPROC, (soft, hard))
+
+    def sandbox_pids(self) -> list[int]:
+        """Every process in the sandbox (its init and all that descend from it), as numbered here."""
+        found, todo = [], [self.init_pid] if self.init_pid is not None else [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            found.append(pid)
+            todo.extend(_children(pid))
+        return found
+
+    def kill(self, reap: bool = True) -> None:
         """Kill it and everything it started; nothing of the student's outlives this."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(self.proc.pid, signal.SIGKILL)
         with contextlib.suppress(ProcessLookupError):
             self.proc.kill()
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self.proc.wait(timeout=10)
+        if reap:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=10)
         self.cgroup.kill_all()
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
+
+
+def _read_until_eof(fd: int, seconds: float) -> bytes:
+    """What a pipe holds until its writers close it, or until `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    chunks = []
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            break
+        ready, _, _ = select.select([fd], [], [], left)
+        if not ready:
+            break
+        chunk = os.read(fd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        if sum(map(len, chunks)) > 1 << 16:
+            break
+    return b"".join(chunks)
+
+
+def _children(pid: int) -> list[int]:
+    """The process ids of `pid`'s children."""
+    try:
+        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:  # a Linux kernel built without CONFIG_PROC_CHILDREN: look at every process
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                # The fields after the command name, which may itself hold spaces and ')'.
+                if int(stat.read_text().rpartition(")")[2].split()[1]) == pid:
+                    children.append(int(stat.parent.name))
+        return children

@@ -8,13 +8,18 @@ arrays, tensors, numbers, strings, and tuples, lists and dicts of them. A class 
 the worker: `student.new("Block", 16, 4)` returns a `Handle`, and `handle.call(x)`,
 `handle.method("load_state_dict", sd)`, `handle.attr("weight")` drive it from here.
 
-Every request has a deadline. A worker that misses one, dies, or answers garbage is
-killed (with everything it started) and replaced by a fresh one that runs the
-submission's cells again, skipping any cell that never finished.
+Every request has a time limit in CPU seconds, which the grader reads from /proc (so a
+machine busy with other work does not make a correct answer late), and a wall-clock
+backstop many times longer for code that waits instead of computing. A worker that misses
+one, dies, or answers garbage is killed (with everything it started) and replaced by a
+fresh one that runs the submission's cells again, skipping any cell that never finished.
+A worker that cannot be started at all is the grader's failure (`SandboxUnavailable`),
+never the student's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -22,13 +27,32 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .sandbox import Limits, SandboxedProcess, TimeLimitExceeded, quiet, sandbox_problem, time_limit
+from .sandbox import (
+    Limits,
+    SandboxedProcess,
+    SandboxUnavailable,
+    TimeLimitExceeded,
+    memory_cap,
+    quiet,
+    sandbox_problem,
+    time_limit,
+)
 from .submission import code_cells
 from .worker import channel
 
 WORKER_DIR = Path(__file__).resolve().parent / "worker"
 CELL_SECONDS = 30.0  # nbgrader's own per-cell timeout
-GRACE_SECONDS = 3.0  # the worker's own alarm should stop a call; this long after, we kill it
+GRACE_SECONDS = 3.0  # the worker's own alarm should stop a call; this much CPU time after, we kill it
+# Code that waits rather than computes (a sleep, a read that never returns) uses no CPU time:
+# it is stopped once it has computed nothing for IDLE_SECONDS (a process on a machine many
+# times oversubscribed still gets a share of a core every second), and in any case after
+# WALL_FACTOR times its limit in wall-clock time, never sooner than WALL_MIN_SECONDS.
+IDLE_SECONDS = 20.0
+WALL_FACTOR = 12.0
+WALL_MIN_SECONDS = 60.0
+START_SECONDS = 120.0  # from starting the sandbox to the worker's hello (a second, unloaded)
+START_ATTEMPTS = 3
+CALLBACK_MEMORY_BYTES = 1 << 30  # what one call of the grader's function may allocate here
 MAX_RESTARTS = 20
 
 
@@ -44,10 +68,14 @@ class Outcome:
     error_type: str | None = None  # "ValueError"
     where: str | None = None  # "softmax, line 4": the student's line that raised
     timed_out: bool = False
+    crashed: bool = False  # the worker died or garbled its answer (and was replaced)
     args_after: tuple = ()
     kwargs_after: dict = field(default_factory=dict)
     arg_grads: list = field(default_factory=list)  # with `backward`: each argument's .grad
-    census: list = field(default_factory=list)  # with `census`: [[shape, count], ...] of tensors created
+    # with `measure_memory`: {"peak_bytes": the most memory the call added at once, read from /proc
+    # by the grader, "contained": whether nothing else could run in a new process meanwhile}
+    # from a worker, or {"census": [[shape, count], ...] of the tensors created} from trusted code
+    footprint: dict = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -80,14 +108,6 @@ class Handle:
         """{parameter name: its .grad tensor, or None} of a module."""
         return self.student._simple(self, {"op": "grads", "handle": self.id})
 
-    def watch(self, modules: dict) -> Outcome:
-        """Record the calls of these submodules from now on (worker/main.py: install_watch)."""
-        return self.student._simple(self, {"op": "watch", "handle": self.id, "modules": dict(modules)})
-
-    def watched(self) -> Outcome:
-        """The records since `watch`, as a list of dicts; recording stops."""
-        return self.student._simple(self, {"op": "watched", "handle": self.id})
-
 
 class Unsendable:
     """A result that cannot cross as data (a generator, an object of the student's own)."""
@@ -110,17 +130,22 @@ class Student:
     """A submission's code, running in a sandboxed worker; see the module docstring."""
 
     def __init__(self, cells: list[tuple[str, str]], *, limits: Limits | None = None,
-                 call_seconds: float = 5.0, cell_seconds: float = CELL_SECONDS):
+                 call_seconds: float = 5.0, cell_seconds: float = CELL_SECONDS, hidden: tuple[str, ...] = (),
+                 imports: tuple[str, ...] = ()):
         self.cells = cells
         self.limits = limits or Limits()
         self.call_seconds = call_seconds
         self.cell_seconds = cell_seconds
+        self.hidden = tuple(hidden)  # course files the sandbox shows empty (see Unit.hidden)
+        self.imports = tuple(imports)  # modules the worker imports before any timed call
+        self.next_rid = 0
         self.notes: list[str] = []  # what went wrong while loading, for people
         self.skipped: set[int] = set()  # cells that never finished: not run again
         self.process: SandboxedProcess | None = None
         self.generation = 0  # bumped at every restart: older handles are void
         self.restarts = 0
-        self.callbacks: dict = {}
+        self.callbacks: dict = {}  # the grader's functions one call may call back, by key
+        self.remote: dict[int, RemoteModel] = {}  # by handle id: models whose layers run here
 
     @classmethod
     def open(cls, path: str | Path, **kwargs) -> Student:
@@ -131,8 +156,29 @@ class Student:
     # ------------------------------------------------------------ life cycle
 
     def start(self) -> None:
+        """A fresh worker that has run the submission's cells. Raises SandboxUnavailable when
+        no worker comes up (the machine's problem: it says nothing about the submission)."""
         self.close()
         self.generation += 1
+        problem = "no attempt"
+        for attempt in range(START_ATTEMPTS):
+            if attempt:
+                time.sleep(0.5 * 2 ** (attempt - 1))
+            problem = self._start_worker()
+            if problem is None:
+                break
+            self.close()
+        else:
+            raise SandboxUnavailable(f"the worker that runs the submission could not start: {problem}")
+        try:
+            self._request({"op": "prepare", "imports": list(self.imports)}, [], 120.0)
+        except WorkerFailed as err:  # no student code has run yet: this is the machine's doing
+            self.close()
+            raise SandboxUnavailable(f"the worker that runs the submission failed before running it: {err}") from None
+        self._load()
+
+    def _start_worker(self) -> str | None:
+        """Start the sandbox and wait for the worker's hello: None, or why it did not come."""
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         try:
@@ -140,14 +186,23 @@ class Student:
             script = "/opt/grader-worker/main.py" if sandbox_problem() is None else str(WORKER_DIR / "main.py")
             mounts = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}") for name in ("main.py", "channel.py"))
             argv = [sys.executable, "-I", "-B", script, str(request_r), str(reply_w)]
-            self.process = SandboxedProcess(argv, limits=self.limits, pass_fds=(request_r, reply_w), mounts=mounts)
+            self.process = SandboxedProcess(argv, limits=self.limits, pass_fds=(request_r, reply_w), mounts=mounts,
+                                            hidden=self.hidden)
+        except SandboxUnavailable as err:
+            for fd in (request_w, reply_r):
+                os.close(fd)
+            return str(err)
         finally:
             os.close(request_r)
             os.close(reply_w)
         self.request_fd, self.reply_fd = request_w, reply_r
         os.set_blocking(self.request_fd, False)
         os.set_blocking(self.reply_fd, False)
-        self._load()
+        try:  # sent before any student code runs: nothing the submission does can stop it
+            hello, _ = channel.receive(self.reply_fd, time.monotonic() + START_SECONDS)
+        except channel.ChannelError as err:
+            return f"no hello from the worker ({err})"
+        return None if hello.get("op") == "hello" else "the worker's first message was not its hello"
 
     def _load(self) -> None:
         for index, (label, source) in enumerate(self.cells):
@@ -155,7 +210,7 @@ class Student:
                 continue
             try:
                 reply, _ = self._request({"op": "exec", "label": label, "source": source,
-                                          "seconds": self.cell_seconds}, [], self.cell_seconds + GRACE_SECONDS)
+                                          "seconds": self.cell_seconds}, [], self.cell_seconds)
             except WorkerFailed as err:
                 self.skipped.add(index)
                 self._note(f"{label} {err}; it was skipped")
@@ -163,10 +218,13 @@ class Student:
                 return
             if not reply.get("ok"):
                 if reply.get("timed_out"):
+                    # Stopped by its alarm, possibly in the middle of an import: start again
+                    # without it, so nothing half-made is left for the checks.
                     self.skipped.add(index)
-                    self._note(f"{label} was still running after {self.cell_seconds:g} s; stopped it")
-                else:
-                    self._note(f"{label} raised {str(reply.get('error'))[:300]}")
+                    self._note(f"{label} was still running after {self.cell_seconds:g} s of computing; stopped it")
+                    self._restart_quietly()
+                    return
+                self._note(f"{label} raised {str(reply.get('error'))[:300]}")
 
     def _restart_quietly(self) -> None:
         """A fresh worker that reruns the cells, skipping the ones that never finished.
@@ -204,20 +262,48 @@ class Student:
     # ------------------------------------------------------------ requests
 
     def _request(self, header: dict, blobs: list[bytes], seconds: float):
-        """Send one request and wait for its reply, serving callbacks meanwhile."""
+        """Send one request and wait for its reply, serving callbacks meanwhile.
+
+        `seconds` is CPU time, the worker's (read from /proc, so nothing the worker says is
+        believed), plus GRACE_SECONDS for its own alarm to act; code that waits instead
+        is stopped by the wall-clock backstop (WALL_FACTOR times as long)."""
         if self.process is None or not self.process.alive():
             raise WorkerFailed("stopped: the process running your code had exited")
-        deadline = time.monotonic() + seconds
+        self.next_rid += 1
+        rid = self.next_rid
+        wall = max(WALL_MIN_SECONDS, WALL_FACTOR * seconds)
+        deadline = time.monotonic() + wall
+        started = self.process.cpu_seconds()
+        progress = {"cpu": started, "at": time.monotonic()}
+
+        def patience():
+            used = self.process.cpu_seconds()
+            now = time.monotonic()
+            if started is not None and used is not None and used - started > seconds + GRACE_SECONDS:
+                raise channel.ChannelTimeout(f"did not finish within {seconds:g} s of computing time")
+            if used != progress["cpu"]:
+                progress.update(cpu=used, at=now)
+            elif now - progress["at"] > IDLE_SECONDS:
+                raise channel.ChannelTimeout(f"waited {IDLE_SECONDS:g} s without computing")
+
         try:
-            channel.send(self.request_fd, header, blobs, deadline)
+            channel.send(self.request_fd, {**header, "rid": rid}, blobs, deadline, patience)
             while True:
-                reply, reply_blobs = channel.receive(self.reply_fd, deadline)
+                reply, reply_blobs = channel.receive(self.reply_fd, deadline, patience)
+                if reply.get("rid") != rid:
+                    raise channel.ChannelError("a reply to another request")
                 if reply.get("op") == "callback":
-                    self._serve_callback(reply, reply_blobs, deadline)
+                    self._serve_callback(reply, reply_blobs, deadline, patience)
+                    progress["at"] = time.monotonic()  # it was waiting for the grader meanwhile
                     continue
                 return reply, reply_blobs
-        except channel.ChannelTimeout:
-            raise WorkerFailed(f"did not finish within {seconds:g} s") from None
+        except channel.ChannelTimeout as err:
+            if "computing time" in str(err):
+                why = str(err)
+            else:  # waiting, not computing: idle too long, or past the wall-clock backstop
+                waited = str(err) if "without computing" in str(err) else f"waited {wall:g} s in all"
+                why = f"did not finish: it {waited} (a sleep, or a read that never returns?)"
+            raise WorkerFailed(why) from None
         except channel.ChannelClosed:
             raise WorkerFailed("stopped: the process running your code exited (os._exit, sys.exit in a "
                                "thread, a crash or a memory limit)") from None
@@ -225,10 +311,13 @@ class Student:
             raise WorkerFailed(f"stopped: the process running your code sent something unreadable ({err})") \
                 from None
 
-    def _serve_callback(self, header, blobs, deadline) -> None:
+    def _serve_callback(self, header, blobs, deadline, patience) -> None:
         key = header.get("fn")
         key = tuple(key) if isinstance(key, list) else key
         fn = self.callbacks.get(key)
+        if fn is None and isinstance(key, tuple) and len(key) == 2 and key[0] == "remote":
+            model = next((m for m in self.remote.values() if m.key == key[1]), None)
+            fn = model.layer if model is not None else None
         reply_blobs: list[bytes] = []
         if fn is None:
             reply = {"ok": False, "error": "no such function"}
@@ -241,15 +330,24 @@ class Student:
                 generators: list = []
                 args = tuple(_ground_generator(a, generators) for a in args)
                 kwargs = {k: _ground_generator(v, generators) for k, v in kwargs.items()}
-                with quiet(), time_limit(60.0):
+                # The arguments are the student's: `causal_mask(20000)` would have the reference
+                # allocate gigabytes here. Past the cap the reference fails, and so does that call.
+                with quiet(), time_limit(60.0), memory_cap(CALLBACK_MEMORY_BYTES):
                     value = fn(*args, **kwargs)
+                if channel.payload_bytes(value) > channel.MAX_MESSAGE_BYTES // 2:  # checked before copying it
+                    raise MemoryError("the result is larger than the grader sends back")
                 reply = {"ok": True, "value": channel.encode(value, reply_blobs),
                          "generator_states": channel.encode([g.get_state() for g in generators], reply_blobs)}
             except channel.ChannelError as err:
                 reply, reply_blobs = {"ok": False, "error": f"TypeError: {err}"}, []
+            except MemoryError as err:
+                why = str(err) or "the arguments ask for more memory than the grader allows one call"
+                reply, reply_blobs = {"ok": False, "error": why, "type": "MemoryError"}, []
             except Exception as err:  # noqa: BLE001 - the reference raised on the student's arguments
+                if "can't allocate memory" in str(err) or "not enough memory" in str(err):
+                    err = MemoryError("the arguments ask for more memory than the grader allows one call")
                 reply, reply_blobs = {"ok": False, "error": str(err)[:300], "type": type(err).__name__}, []
-        channel.send(self.request_fd, reply, reply_blobs, deadline)
+        channel.send(self.request_fd, {**reply, "rid": header.get("rid")}, reply_blobs, deadline, patience)
 
     def _encode_args(self, args, kwargs, blobs):
         def as_callback(value):
@@ -280,13 +378,11 @@ class Student:
         types = reply.get("types") if isinstance(reply.get("types"), dict) else {}
         try:
             decoded = {key: self._wrap(channel.decode(reply[key], blobs), types)
-                       for key in ("value", "args_after", "kwargs_after", "arg_grads", "census") if key in reply}
+                       for key in ("value", "args_after", "kwargs_after", "arg_grads") if key in reply}
         except channel.ChannelError as err:
             return Outcome(value=Unsendable(f"a value the grader cannot read ({err})"))
-        census = decoded.get("census", [])
         return Outcome(value=decoded.get("value"), args_after=decoded.get("args_after", ()),
-                       kwargs_after=decoded.get("kwargs_after", {}), arg_grads=decoded.get("arg_grads", []),
-                       census=census if isinstance(census, list) else [])
+                       kwargs_after=decoded.get("kwargs_after", {}), arg_grads=decoded.get("arg_grads", []))
 
     def _wrap(self, value, types):
         """Refs to held objects become Handles; everything else is plain data already."""
@@ -301,7 +397,7 @@ class Student:
 
     def _call(self, target: dict, args, kwargs, *, seconds: float | None = None, stubs: dict | None = None,
               forbid: tuple = (), return_args: bool = False, keep: bool = False, handle: Handle | None = None,
-              backward=None, census: bool = False) -> Outcome:
+              backward=None, measure_memory: bool = False) -> Outcome:
         if handle is not None and handle.generation != self.generation:
             return Outcome(error="the object was lost when your code had to be restarted")
         seconds = self.call_seconds if seconds is None else seconds
@@ -315,18 +411,31 @@ class Student:
         encoded_args, encoded_kwargs = self._encode_args(args, kwargs, blobs)
         header = {"op": "call", "target": target, "args": encoded_args, "kwargs": encoded_kwargs,
                   "stubs": sorted(stubs), "library_stubs": library, "forbid": list(forbid), "seconds": seconds,
-                  "return_args": return_args, "keep": keep, "census": census}
+                  "return_args": return_args, "keep": keep}
         if backward is not None:
             header["backward"] = channel.encode(backward, blobs)
+        process = self.process
+        measured = measure_memory and process is not None and process.reset_peak_memory()
+        before = process.memory().get("rss") if measured else None
         try:
-            reply, reply_blobs = self._request(header, blobs, seconds + GRACE_SECONDS)
+            with process.no_new_processes() if measured else contextlib.nullcontext(False) as contained:
+                reply, reply_blobs = self._request(header, blobs, seconds)
+                after = process.memory().get("peak") if measured else None
         except WorkerFailed as err:
             timed_out = "did not finish" in str(err)
             self._restart_quietly()
-            return Outcome(error=str(err), timed_out=timed_out)
+            return Outcome(error=str(err), timed_out=timed_out, crashed=not timed_out)
         finally:
             self.callbacks = {}
-        return self._outcome(reply, reply_blobs)
+        outcome = self._outcome(reply, reply_blobs)
+        if measure_memory:
+            outcome.footprint = {"peak_bytes": after - before if before is not None and after is not None else None,
+                                 "contained": bool(contained)}
+        if outcome.timed_out:
+            # Interrupted by its alarm, maybe in the middle of an import or a library's own
+            # state: the next call starts from a fresh worker.
+            self._restart_quietly()
+        return outcome
 
     def _getattr(self, handle: Handle, name: str) -> Outcome:
         return self._simple(handle, {"op": "getattr", "handle": handle.id, "attr": name})
@@ -336,7 +445,7 @@ class Student:
         if handle.generation != self.generation:
             return Outcome(error="the object was lost when your code had to be restarted")
         try:
-            reply, blobs = self._request(header, [], self.call_seconds + GRACE_SECONDS)
+            reply, blobs = self._request(header, [], self.call_seconds)
         except WorkerFailed as err:
             self._restart_quietly()
             return Outcome(error=str(err))
@@ -345,33 +454,34 @@ class Student:
     # ------------------------------------------------------------ what the tests use
 
     def kind(self, name: str) -> str:
-        """"missing", "function", "class", or the type name of whatever `name` is."""
-        return self._describe(name)[0]
+        """"missing", "function", "class", or the type name of whatever `name` is (as the
+        worker says: it only decides which message a missing answer gets)."""
+        for _ in range(2):  # once more in a fresh worker, as for a check
+            try:
+                reply, _ = self._request({"op": "describe", "name": name}, [], 10.0)
+                break
+            except WorkerFailed:
+                self._restart_quietly()
+        else:
+            return "missing"
+        kind = reply.get("kind")
+        return str(kind)[:100] if isinstance(kind, str) else "missing"
 
-    def lineage(self, name: str) -> list[str]:
-        """A class's bases, "module.qualname", itself first (as the worker reports them)."""
-        return self._describe(name)[1]
-
-    def _describe(self, name: str) -> tuple[str, list[str]]:
-        try:
-            reply, _ = self._request({"op": "describe", "name": name}, [], 10.0)
-        except WorkerFailed:
-            self._restart_quietly()
-            return "missing", []
-        kind, lineage = reply.get("kind"), reply.get("lineage")
-        lineage = [str(x) for x in lineage] if isinstance(lineage, list) else []
-        return (kind if isinstance(kind, str) else "missing"), lineage
+    def source(self) -> str:
+        """The submission's code as the grader read it (the cells the worker runs)."""
+        return "\n\n".join(source for _, source in self.cells)
 
     def call(self, name: str, *args, seconds: float | None = None, stubs: dict[str, Callable] | None = None,
              forbid: tuple = (), return_args: bool = False, keep: bool = False, backward=None,
-             census: bool = False, **kwargs) -> Outcome:
+             measure_memory: bool = False, **kwargs) -> Outcome:
         """Call the student's function `name`. `stubs` maps contract names to the
         reference functions that stand in for the student's own during this call; with
         `backward`, the result is backpropagated from that gradient and each argument's
-        `.grad` comes back in `arg_grads`; with `census`, the shapes of the tensors the call
-        created come back in `census`."""
+        `.grad` comes back in `arg_grads`; with `measure_memory`, the grader measures the
+        most memory the worker added during the call (`footprint`), while no new process
+        or thread may start in the sandbox."""
         return self._call({"name": name}, args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
-                          return_args=return_args, keep=keep, backward=backward, census=census)
+                          return_args=return_args, keep=keep, backward=backward, measure_memory=measure_memory)
 
     def record(self, **fields) -> Outcome:
         """A plain record (types.SimpleNamespace) of `fields`, held in the worker: a
@@ -379,7 +489,7 @@ class Student:
         blobs: list[bytes] = []
         header = {"op": "record", "fields": channel.encode(dict(fields), blobs)}
         try:
-            reply, reply_blobs = self._request(header, blobs, self.call_seconds + GRACE_SECONDS)
+            reply, reply_blobs = self._request(header, blobs, self.call_seconds)
         except WorkerFailed as err:
             self._restart_quietly()
             return Outcome(error=str(err))
@@ -395,6 +505,62 @@ class Student:
         """Build one of the course's own objects in the worker (`coursekit.gpt.GPT`, a
         `torch.Generator`): something the student's function is handed, not the student's."""
         return self._call({"make": dotted}, args, kwargs, seconds=seconds, keep=True)
+
+    def remote_model(self, fields: dict, state: dict, spec: dict) -> Outcome:
+        """The course's GPT with these weights, for the student's code to drive, its weights kept
+        here: the worker holds a shell (worker/main.py: remote_gpt) whose every layer asks this
+        process to compute it, and the calls named in `spec` are recorded (core.call_record).
+        What the student's code does with the model is then seen here, call by call, whatever
+        it does in its own process. The outcome's value is a Handle."""
+        from .core import trusted_gpt
+
+        model = RemoteModel(trusted_gpt(fields, state), dict(spec), key=len(self.remote) + 1)
+        blobs: list[bytes] = []
+        header = {"op": "remote_model", "fields": channel.encode(dict(fields), blobs), "key": model.key}
+        try:
+            reply, reply_blobs = self._request(header, blobs, self.call_seconds)
+        except WorkerFailed as err:
+            self._restart_quietly()
+            return Outcome(error=str(err))
+        outcome = self._outcome(reply, reply_blobs)
+        if isinstance(outcome.value, Handle):
+            self.remote[outcome.value.id] = model
+        return outcome
+
+    def remote_records(self, handle: Handle) -> list:
+        model = self.remote.get(handle.id) if handle.generation == self.generation else None
+        return list(model.records) if model is not None else []
+
+    def remote_state(self, handle: Handle) -> tuple[dict, dict]:
+        model = self.remote[handle.id].model
+        return model.state_dict(), {name: p.grad for name, p in model.named_parameters()}
+
+
+class RemoteModel:
+    """The grader's half of a remote model: the real weights, and the record of the calls."""
+
+    def __init__(self, model, spec: dict, key: int):
+        self.model, self.spec, self.key = model, spec, key
+        self.records: list = []
+        self.layers = {name for name, module in model.named_modules() if not list(module.children())}
+
+    def layer(self, name, x, training=False):
+        """One layer of the model, run here on the student's input."""
+        import torch
+
+        from .core import MAX_WATCH_RECORDS, call_record
+
+        if name not in self.layers:
+            raise AttributeError(f"the model has no layer {name!r}")
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"model.{name} takes a tensor, not {type(x).__name__}")
+        module = self.model.get_submodule(name)
+        module.train(bool(training))
+        with torch.no_grad():
+            output = module(x)
+        if name in self.spec and len(self.records) < MAX_WATCH_RECORDS:
+            self.records.append(call_record(name, self.spec[name], x, output))
+        return output
 
 
 # ---------------------------------------------------------------- trusted code, for the course's own tests
@@ -421,15 +587,12 @@ class InProcessStudent:
             return "class"
         return "function" if callable(value) else type(value).__name__
 
-    def lineage(self, name: str) -> list[str]:
-        value = self.namespace.get(name)
-        return [f"{c.__module__}.{c.__qualname__}" for c in value.__mro__] if isinstance(value, type) else []
 
     def call(self, name: str, *args, seconds: float | None = None, stubs: dict | None = None,
              forbid: tuple = (), return_args: bool = False, keep: bool = False, backward=None,
-             census: bool = False, **kwargs) -> Outcome:
+             measure_memory: bool = False, **kwargs) -> Outcome:
         return self._run(self.namespace[name], args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
-                         return_args=return_args, keep=keep, backward=backward, census=census)
+                         return_args=return_args, keep=keep, backward=backward, census=measure_memory)
 
     def new(self, class_name: str, *args, seconds: float | None = None, stubs: dict | None = None,
             forbid: tuple = (), **kwargs) -> Outcome:
@@ -446,11 +609,27 @@ class InProcessStudent:
 
         return self._run(trusted_factory(dotted), args, kwargs, seconds=seconds, keep=True)
 
+    def remote_model(self, fields: dict, state: dict, spec: dict) -> Outcome:
+        """Trusted code here: the real model, watched by hooks (core.install_watch)."""
+        from .core import install_watch, trusted_gpt
+
+        handle = LocalHandle(self, trusted_gpt(fields, state))
+        handle.records = []
+        handle.hooks = install_watch(handle.obj, spec, handle.records)
+        return Outcome(value=handle)
+
+    def remote_records(self, handle: LocalHandle) -> list:
+        return list(round_trip(list(getattr(handle, "records", []))))
+
+    def remote_state(self, handle: LocalHandle) -> tuple[dict, dict]:
+        return handle.obj.state_dict(), {name: p.grad for name, p in handle.obj.named_parameters()}
+
     def _run(self, fn, args, kwargs, *, seconds=None, stubs=None, forbid=(), return_args=False, keep=False,
              backward=None, census=False) -> Outcome:
         import contextlib
 
-        from .worker.main import TensorCensus, error_text, library_function, unforbid
+        from .core import TensorCensus
+        from .worker.main import error_text, library_function, unforbid
         from .worker.main import forbid as forbid_shortcuts
 
         stubs = {name: library_function(v) if isinstance(v, str) else v for name, v in (stubs or {}).items()}
@@ -487,7 +666,7 @@ class InProcessStudent:
         except channel.ChannelError as err:
             return Outcome(value=Unsendable(f"a value the grader cannot read ({err})"))
         return Outcome(value=value, args_after=after[0], kwargs_after=after[1], arg_grads=grads,
-                       census=counter.largest() if counter is not None else [])
+                       footprint={"census": counter.largest()} if counter is not None else {})
 
     def close(self) -> None:
         pass
@@ -525,18 +704,6 @@ class LocalHandle:
 
     def grads(self) -> Outcome:
         return Outcome(value=round_trip({n: p.grad for n, p in self.obj.named_parameters()}))
-
-    def watch(self, modules: dict) -> Outcome:
-        from .worker.main import install_watch
-
-        self.records: list = []
-        self.hooks = install_watch(self.obj, modules, self.records)
-        return Outcome(value=None)
-
-    def watched(self) -> Outcome:
-        for hook in getattr(self, "hooks", []):
-            hook.remove()
-        return Outcome(value=round_trip(list(getattr(self, "records", []))))
 
 
 def _options(kwargs: dict) -> dict:

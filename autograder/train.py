@@ -43,7 +43,7 @@ def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None =
     from coursekit.attention_bench import device_name
     from coursekit.gpt import GPT, GPTConfig
 
-    from .units.flash_training import baselines, held_out_windows
+    from .units.flash_training import baselines, corpus_windows
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     config = GPTConfig(**SIZES[device.type])
@@ -79,7 +79,7 @@ def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None =
     print(file=sys.stderr)
     tokens_per_second = len(losses) * batch * config.context_length / seconds
     model.eval()
-    x, y = held_out_windows(config.context_length, count=32)
+    x, y = corpus_windows("held", config.context_length, count=32)
     with torch.no_grad():
         logits = model(x.to(device)).float()
         held = torch.nn.functional.cross_entropy(logits.flatten(0, 1), y.to(device).flatten()).item()

@@ -73,9 +73,6 @@ class StandIn:
     def kind(self, name):
         return self.student.kind(self._own(name))
 
-    def lineage(self, name):
-        return self.student.lineage(self._own(name))
-
     def call(self, name, *args, **kwargs):
         return self.student.call(self._own(name), *args, **kwargs)
 

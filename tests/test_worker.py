@@ -288,3 +288,134 @@ def test_a_forbidden_shortcut_raises_even_when_the_call_imports_its_library():
         assert "off limits" in outcome.error, outcome
         outcome = student.call("at_call_time", 3)
         assert outcome.error is None and outcome.value == pytest.approx(6.0), outcome
+
+
+# ---------------------------------------------------------------- a busy machine costs no correct answer
+
+
+def descendants(pid: int) -> list[int]:
+    """`pid` and every process it started, and they started (a sandbox: bubblewrap, its init, the worker)."""
+    from pathlib import Path
+
+    found, todo = [], [pid]
+    while todo:
+        current = todo.pop()
+        found.append(current)
+        try:
+            todo += [int(c) for c in Path(f"/proc/{current}/task/{current}/children").read_text().split()]
+        except OSError:
+            pass
+    return found
+
+
+def stall(pids: list[int], seconds: float, after: float = 0.0) -> None:
+    """What an oversubscribed machine does to a process, at its worst: no CPU at all for a while."""
+    import os
+    import signal
+    import time
+
+    time.sleep(after)
+    for pid in pids:
+        os.kill(pid, signal.SIGSTOP)
+    time.sleep(seconds)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
+BUSY_WORK = """
+import numpy as np
+def work(n):
+    total = 0.0
+    for _ in range(n):
+        total += float(np.linalg.norm(np.ones(50)))
+    return total
+"""
+
+
+@needs_sandbox
+def test_a_call_that_waits_for_the_cpu_is_not_late(tmp_path):
+    """Time limits count the worker's CPU time, read by the grader: a call that got no CPU for
+    longer than its limit (a machine busy with other gradings) is not a timeout."""
+    import threading
+
+    with worker(BUSY_WORK) as student:
+        assert student.call("work", 10).ok
+        stopper = threading.Thread(target=stall, args=(descendants(student.process.proc.pid), 7.0, 0.3))
+        stopper.start()
+        outcome = student.call("work", 100_000, seconds=5.0)  # about a second of CPU, stalled for 7 s
+        stopper.join()
+    assert outcome.ok and outcome.value == pytest.approx(100_000 * 50 ** 0.5), outcome
+
+
+@needs_sandbox
+def test_a_check_whose_worker_stalls_past_the_idle_limit_is_run_again_in_a_fresh_one(monkeypatch):
+    """A timeout costs points only when the check also times out in a fresh worker."""
+    import threading
+
+    from autograder import student as student_module
+    from autograder.core import grade_part
+
+    monkeypatch.setattr(student_module, "IDLE_SECONDS", 2.0, raising=False)
+    spec = UNITS["01_attention"]
+    source = (ROOT / "tests" / "submissions" / "01_attention" / "correct_loops.py").read_text()
+    with worker(source) as student:
+        first = descendants(student.process.proc.pid)
+        threading.Thread(target=stall, args=(first, 12.0), daemon=True).start()
+        results = grade_part(spec, "softmax", student)
+        assert student.process.proc.pid != first[0]  # the check ran again, in a new worker
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
+
+
+def test_a_reply_that_does_not_answer_the_request_is_refused():
+    source = """
+import os, sys
+def forge():
+    import channel  # the worker's own wire format, already loaded
+    fd = int(sys.argv[2])
+    os.write(fd, channel.pack({"ok": True, "value": 15, "rid": -1}, []))
+    return 0
+"""
+    with worker(source) as student:
+        outcome = student.call("forge")
+    assert not outcome.ok and "another request" in outcome.error, outcome
+
+
+@pytest.mark.parametrize("case", ["deep_json", "huge_header"])
+def test_a_reply_header_is_bounded_before_it_is_parsed(case):
+    if case == "deep_json":
+        head = b"[" * 200_000 + b"]" * 200_000
+    else:
+        head = b'{"pad": "' + b"x" * (channel.MAX_HEADER_BYTES + 10) + b'"}'
+    with pytest.raises(channel.ChannelError):
+        channel.unpack(struct.pack(">I", len(head)) + head)
+
+
+def test_a_callback_cannot_make_the_grader_allocate_gigabytes(tmp_path):
+    """A student's argument to the grader's function (the reference causal_mask, here asked for a
+    20000 x 20000 mask) costs that call, within a cap, in a process that stays small."""
+    script = tmp_path / "callback.py"
+    script.write_text(f"""
+import resource, sys
+sys.path.insert(0, {str(ROOT)!r})
+from autograder.reference import load_reference
+from autograder.student import Student
+ref = load_reference("02_masking")
+student = Student([("answer", "def attend(n):\\n    return int(causal_mask(n).sum())\\n")])
+student.start()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+outcome = student.call("attend", 20000, stubs={{"causal_mask": ref.causal_mask}}, seconds=30)
+small = student.call("attend", 50, stubs={{"causal_mask": ref.causal_mask}})
+after = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+student.close()
+print(outcome.error)
+print(small.value)
+print((after - before) // 1024)
+""")
+    proc = subprocess.run([sys.executable, str(script)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    error, small, grown_mb = proc.stdout.strip().splitlines()[-3:]
+    assert "MemoryError" in error or "memory" in error, proc.stdout
+    assert int(small) == 50 * 51 // 2  # the next call is served as usual
+    assert int(grown_mb) < 1300, f"the grader grew by {grown_mb} MB"

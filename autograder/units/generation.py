@@ -4,13 +4,15 @@ The reference is the solution notebook (`solutions/06_generation/generation.ipyn
 student's functions are handed the course's own model, `coursekit.gpt.GPT`, built in the
 student's worker with random weights (`api.given`), so nothing here depends on units 04-05.
 
-How the cache is checked: the grader watches the calls of the model's modules while
-`generate_cached` runs (`api.watch`: forward hooks on `token_emb`, `pos_emb`, every block's
-`k_proj` and `v_proj`, and `lm_head`). From those records it reads the positions looked up,
-how many positions' keys each call computed, and the logits of every step, which it compares
-here with a full forward pass of the same prefix through a trusted copy of the model. The
-records come from the student's process, so they are data to check, not facts: a record that
-contradicts the tokens returned only costs the student points.
+How the cache is checked: the model the student's functions are handed keeps its weights in
+the grader (`api.remote_model`): in the student's process it is a shell with the model's
+structure whose every layer (embeddings, linear layers, layer norms) asks the grader to compute
+it. So the grader sees every call of `token_emb`, `pos_emb`, each block's `k_proj` and `v_proj`,
+and `lm_head` itself, whatever the student's process does: the positions looked up, how many
+positions' keys each call computed, and the logits of every step, which it compares with a full
+forward pass of the same prefix. Nothing can be computed from the shell's own parameters (they
+hold NaN), so a step the grader did not see cannot have happened. Whether gradients were being
+recorded is a fact of the student's process alone, so it is not graded.
 
 `sample_next` is checked for greedy and top-k support exactly, and for its distribution with a
 chi-square test whose false-fail rate for a correct sampler is below one in a million
@@ -62,8 +64,9 @@ def trusted_model(inputs: Inputs):
 
 
 def given_model(api, inputs: Inputs, mode: str = "eval"):
-    model = api.given(MODEL, api.record(**inputs.kwargs["fields"]))
-    api.method(model, "load_state_dict", inputs.kwargs["state"])
+    """The course's GPT with the check's weights, its layers computed (and watched) by the grader."""
+    fields = inputs.kwargs["fields"]
+    model = api.remote_model(fields, inputs.kwargs["state"], watch_spec(fields["n_layers"]))
     api.method(model, mode, keep=True)
     return model
 
@@ -150,10 +153,8 @@ def trace_probe(name: str, facet: str, mode: str = "eval"):
 
     def probe(api, inputs: Inputs):
         model = given_model(api, inputs, mode)
-        api.watch(model, watch_spec(inputs.kwargs["fields"]["n_layers"]))
         tokens = run_generator(api, name, inputs, model)
-        records = api.watched(model)
-        return facets(records, tokens, inputs)[facet]
+        return facets(api.watched(model), tokens, inputs)[facet]
 
     return probe
 
@@ -169,11 +170,6 @@ def facets(records, tokens, inputs: Inputs) -> dict:
         by_module.setdefault(str(r.get("module")), []).append(r)
 
     out = {}
-    grad_on = [bool(r.get("grad")) for r in records]
-    out["no_grad"] = facet(not any(grad_on), sum(grad_on),
-                           "the model ran with gradients enabled: wrap the loop in `torch.no_grad()` (or "
-                           "`torch.inference_mode()`); nothing here is trained, and the graph costs memory")
-
     # How many new tokens each forward step fed, from the calls of token_emb: (B, t) ids.
     fed = [_rows(r.get("shape"), B, last_dim=True) for r in by_module.get("token_emb", [])]
     needed = T0 + new - 1  # the last new token is never fed back
@@ -308,19 +304,18 @@ def _steps_facet(logits_calls, fed, tokens, inputs, new) -> dict:
 
 def leaves_model_probe(name: str):
     """Start in training mode with no gradients; afterwards the flags, the parameters and the
-    gradients must be as they were."""
+    gradients must be as they were (the weights and gradients as the grader holds them)."""
 
     def probe(api, inputs: Inputs):
         model = given_model(api, inputs, mode="train")
         run_generator(api, name, inputs, model)
         flags = {path: bool(api.attr(model, f"{path}.training" if path else "training"))
                  for path in ("", "blocks.0", "blocks.0.attn", "ln_f")}
-        state = api.method(model, "state_dict")
-        same = isinstance(state, dict) and all(isinstance(state.get(k), torch.Tensor) and torch.equal(state[k], v)
-                                               for k, v in inputs.kwargs["state"].items())
-        grads = api.grads(model)
+        state, grads = api.model_state(model)
+        same = all(isinstance(state.get(k), torch.Tensor) and torch.equal(state[k], v)
+                   for k, v in inputs.kwargs["state"].items())
         return {"training": flags, "parameters_kept": bool(same),
-                "no_gradients": isinstance(grads, dict) and all(g is None for g in grads.values())}
+                "no_gradients": all(g is None for g in grads.values())}
 
     return probe
 
@@ -540,11 +535,11 @@ def sample_with(after_softmax=False, k_plus_one=False, exactly_k=False, over_bat
     return variant
 
 
-def generate_with(first_position=False, no_crop=False, new_only=False, leaves_eval=False, with_grad=False):
+def generate_with(first_position=False, no_crop=False, new_only=False, leaves_eval=False):
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         prompt_length = idx.shape[1]
         model.eval()
-        with torch.set_grad_enabled(with_grad):
+        with torch.no_grad():
             for _ in range(max_new_tokens):
                 context = idx if no_crop else idx[:, -model.config.context_length:]
                 logits = model(context)[:, 0 if first_position else -1, :]
@@ -679,11 +674,6 @@ MISCONCEPTIONS = (
         {"generate": generate_with(leaves_eval=True)},
     ),
     Misconception(
-        "generate_with_grad", "generation that records gradients",
-        "Wrap the loop in torch.no_grad() (or torch.inference_mode()).",
-        {"generate": generate_with(with_grad=True)},
-    ),
-    Misconception(
         "cache_positions_restart", "cached steps that look up positions from 0 again",
         "The token fed at step s sits at position T + s: pos_emb(torch.arange(start, start + t)).",
         {"generate_cached": cached_with(restart_positions=True)},
@@ -775,8 +765,6 @@ GENERATE_CHECKS = (
     _tokens("generate", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 3, 0, temperature=1.0),
     _tokens("generate", "past_context", "a 13-token prompt and 7 new tokens in a 16-token context (keep the last "
             "16 as input)", 1, SMALL, 2, 13, 7, temperature=0.9),
-    Check("no_grad", "computes without gradients", 0.5, generation_inputs(SMALL, 1, 3, 4, temperature=1.0),
-          probe=trace_probe("generate", "no_grad"), oracle=facet_oracle),
     Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
           generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate"),
           oracle=leaves_model_oracle),
@@ -808,8 +796,6 @@ CACHED_CHECKS = (
     Check("context_limit", "T + max_new_tokens > context_length raises a ValueError naming the limit", 1,
           generation_inputs(SMALL, 1, 10, 7, temperature=0), probe=limit_probe("generate_cached"),
           oracle=limit_error_oracle),
-    Check("no_grad", "computes without gradients", 0.5, generation_inputs(SMALL, 1, 3, 4, temperature=1.0),
-          probe=trace_probe("generate_cached", "no_grad"), oracle=facet_oracle),
     Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
           generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate_cached"),
           oracle=leaves_model_oracle),

@@ -616,5 +616,8 @@ UNIT = Unit(
     UNIT_NAME,
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
+    # The course's finished GPT (for units 06 and 07) is what this unit asks students to write:
+    # their sandbox shows its file empty, so it cannot be imported, read or rebuilt there.
+    hidden=("coursekit/gpt.py",),
     sample_bug=SampleBug("rope", "[:, None] * theta", "[:, None] * -theta", "rope_wrong_direction"),
 )

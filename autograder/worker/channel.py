@@ -22,7 +22,8 @@ import struct
 import sys
 import time
 
-MAX_MESSAGE_BYTES = 512 << 20  # a message larger than this is refused unread
+MAX_MESSAGE_BYTES = 64 << 20  # a message larger than this is refused unread
+MAX_HEADER_BYTES = 8 << 20  # its JSON header: checked before the header is parsed
 MAX_DEPTH = 32  # nesting of tuples, lists and dicts
 MAX_NODES = 200_000  # values in one message
 MAX_STRING = 1 << 20  # characters in one string
@@ -128,6 +129,21 @@ def encode(value, blobs: list[bytes], refs=None, depth: int = 0):
         if ref is not None:
             return encode(ref, blobs, refs, depth)
     raise ChannelError(f"a {type(value).__module__}.{type(value).__qualname__} cannot be sent")
+
+
+def payload_bytes(value, depth: int = 0) -> int:
+    """About how many bytes `value` would take on the wire (its arrays' and strings' sizes), without
+    encoding it: a value too large to send is refused before it is copied."""
+    if depth > MAX_DEPTH:
+        return 0
+    if isinstance(value, str | bytes):
+        return len(value)
+    if isinstance(value, tuple | list):
+        return sum(payload_bytes(v, depth + 1) for v in list(value)[:MAX_NODES])
+    if isinstance(value, dict):
+        return sum(payload_bytes(v, depth + 1) for v in list(value.values())[:MAX_NODES])
+    nbytes = getattr(value, "nbytes", None)  # NumPy arrays and PyTorch tensors both say
+    return int(nbytes) if isinstance(nbytes, int) else 8
 
 
 class _Budget:
@@ -257,10 +273,14 @@ def unpack(body: bytes) -> tuple[dict, list[bytes]]:
     (head_len,) = struct.unpack(">I", body[:4])
     if head_len > len(body) - 4:
         raise ChannelError("a message whose header runs past its end")
+    if head_len > MAX_HEADER_BYTES:
+        raise ChannelError(f"a message whose header is larger than the {MAX_HEADER_BYTES} bytes allowed")
     try:
         header = json.loads(body[4:4 + head_len])
     except (ValueError, UnicodeDecodeError):
         raise ChannelError("a message whose header is not JSON") from None
+    except RecursionError:  # JSON nested thousands deep: the parser's own recursion limit
+        raise ChannelError("a message whose header is nested too deeply") from None
     if type(header) is not dict:
         raise ChannelError("a message whose header is not an object")
     sizes = header.pop("blobs", [])
@@ -275,16 +295,28 @@ def unpack(body: bytes) -> tuple[dict, list[bytes]]:
     return header, blobs
 
 
-def send(fd: int, header: dict, blobs: list[bytes], deadline: float | None = None) -> None:
+def _wait(fd: int, for_writing: bool, deadline: float | None, patience) -> None:
+    """Wait until `fd` can be read (or written), until `deadline`, asking `patience()` (which
+    raises ChannelTimeout when the wait should end: a CPU-time limit, say) every 0.2 s."""
+    while True:
+        wait = None if deadline is None and patience is None else 0.2
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise ChannelTimeout("the other side stopped reading" if for_writing else "no answer in time")
+            wait = min(wait, left)
+        ready = select.select([], [fd], [], wait)[1] if for_writing else select.select([fd], [], [], wait)[0]
+        if ready:
+            return
+        if patience is not None:
+            patience()
+
+
+def send(fd: int, header: dict, blobs: list[bytes], deadline: float | None = None, patience=None) -> None:
     data = memoryview(pack(header, blobs))
     while data:
-        if deadline is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise ChannelTimeout("the other side stopped reading")
-            _, ready, _ = select.select([], [fd], [], wait)
-            if not ready:
-                continue
+        if deadline is not None or patience is not None:
+            _wait(fd, True, deadline, patience)
         try:
             written = os.write(fd, data[: 1 << 16])
         except BlockingIOError:
@@ -294,16 +326,11 @@ def send(fd: int, header: dict, blobs: list[bytes], deadline: float | None = Non
         data = data[written:]
 
 
-def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
+def _read_exactly(fd: int, size: int, deadline: float | None, patience=None) -> bytes:
     chunks, left = [], size
     while left:
-        if deadline is not None:
-            wait = deadline - time.monotonic()
-            if wait <= 0:
-                raise ChannelTimeout("no answer in time")
-            ready, _, _ = select.select([fd], [], [], wait)
-            if not ready:
-                continue
+        if deadline is not None or patience is not None:
+            _wait(fd, False, deadline, patience)
         try:
             chunk = os.read(fd, min(left, 1 << 20))
         except BlockingIOError:
@@ -317,8 +344,8 @@ def _read_exactly(fd: int, size: int, deadline: float | None) -> bytes:
     return b"".join(chunks)
 
 
-def receive(fd: int, deadline: float | None = None) -> tuple[dict, list[bytes]]:
-    (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline))
+def receive(fd: int, deadline: float | None = None, patience=None) -> tuple[dict, list[bytes]]:
+    (size,) = struct.unpack(">Q", _read_exactly(fd, 8, deadline, patience))
     if size > MAX_MESSAGE_BYTES:
         raise ChannelError(f"a message of {size} bytes is larger than the {MAX_MESSAGE_BYTES} allowed")
-    return unpack(_read_exactly(fd, size, deadline))
+    return unpack(_read_exactly(fd, size, deadline, patience))

@@ -4,15 +4,16 @@ Started by the grader (`autograder/student.py`) inside the sandbox, as
 `python -I main.py REQUEST_FD REPLY_FD`. It reads requests from one pipe and writes
 replies to the other, in the format of `channel.py`:
 
+    hello    (sent once, unasked, before anything else runs: the worker is up)
+    prepare  import modules the grader's checks will need, before any timed call
     exec     run one code cell of the submission in the notebook's namespace
-    describe what a name is: missing, a function, a class (with its bases), or some other type
+    describe what a name is: missing, a function, a class, or some other type
     call     call a function, a method of a held object, or a held object itself;
              the result comes back as data, or stays here as a held object (`keep`)
     getattr  read an attribute of a held object (a dotted path: "blocks.0.training")
     grads    the gradients of a held module's parameters, by name
     record   hold a plain record of the grader's fields (a configuration)
-    watch    record the calls of some submodules of a held module (see `install_watch`)
-    watched  hand those records over and stop recording
+    remote_model  hold a course GPT whose every layer the grader computes (see `remote_gpt`)
     release  forget held objects
 
 While a call runs, the contract functions named in `stubs` are replaced in the namespace
@@ -21,7 +22,10 @@ function handed over as an argument (a `Ref`) does the same (a `torch.Generator`
 crosses as its state, and comes back advanced); `library_stubs` stand in a
 library's function (torch's GELU, say) where a gradient must flow through the call. Everything the student's
 code prints goes to /dev/null; a call that runs past its time is interrupted here, and the
-grader kills the whole sandbox if that does not work.
+grader kills the whole sandbox if that does not work. Time limits count CPU time (the
+grader reads the worker's from /proc; the worker's own alarm is a courtesy that saves a
+restart), so a busy machine does not make a correct answer late. Every reply carries the
+id of the request it answers.
 
 This process is the student's: nothing it says is trusted. The grader checks every
 answer's type and shape itself, and kills and replaces the worker when it misbehaves.
@@ -79,15 +83,15 @@ def where_in_student_code(err: BaseException) -> str | None:
 class Worker:
     def __init__(self, request_fd: int, reply_fd: int):
         self.request_fd, self.reply_fd = request_fd, reply_fd
+        self.rid = None  # the id of the request being answered, echoed in every reply
         self.namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
         self.held: dict[int, object] = {}
         self.next_id = 1
-        self.watches: dict[int, tuple] = {}
 
     # ------------------------------------------------------------ wire
 
     def send(self, header: dict, blobs: list[bytes] | None = None) -> None:
-        channel.send(self.reply_fd, header, blobs or [])
+        channel.send(self.reply_fd, {**header, "rid": self.rid}, blobs or [])
 
     def receive(self):
         return channel.receive(self.request_fd)
@@ -158,26 +162,42 @@ class Worker:
     # ------------------------------------------------------------ time limits
 
     def arm(self, seconds: float) -> None:
+        """Interrupt the student's code after `seconds` of CPU time (this process, all threads)."""
         def interrupt(signum, frame):
             raise TimeLimitExceeded(seconds)
 
-        signal.signal(signal.SIGALRM, interrupt)
-        signal.setitimer(signal.ITIMER_REAL, seconds, 0.25)
+        signal.signal(signal.SIGPROF, interrupt)
+        signal.setitimer(signal.ITIMER_PROF, seconds, 0.25)
 
     def disarm(self) -> None:
-        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.setitimer(signal.ITIMER_PROF, 0)
 
     # ------------------------------------------------------------ requests
 
     def run(self) -> None:
+        self.send({"op": "hello"})
         while True:
             header, blobs = self.receive()
+            self.rid = header.get("rid")
             op = header.get("op")
             handler = getattr(self, f"op_{op}", None)
             if handler is None:
                 self.send({"ok": False, "error": f"unknown request {op!r}"})
                 continue
             handler(header, blobs)
+
+    def op_prepare(self, header, blobs):
+        """Import what the checks will use (torch._dynamo, which an optimizer's first step
+        imports, takes a second): a timed call interrupted in the middle of an import would
+        leave a half-made module behind for every later call."""
+        import importlib
+
+        for name in header.get("imports", []):
+            try:
+                importlib.import_module(str(name))
+            except Exception:  # noqa: BLE001 - the check that needs it will say what is wrong
+                pass
+        self.send({"ok": True})
 
     def op_exec(self, header, blobs):
         label, source = str(header["label"]), str(header["source"])
@@ -210,8 +230,7 @@ class Worker:
             kind = "function"
         else:
             kind = type(value).__name__
-        lineage = [f"{c.__module__}.{c.__qualname__}" for c in value.__mro__] if kind == "class" else []
-        self.send({"ok": True, "kind": str(kind), "lineage": [str(name) for name in lineage][:50]})
+        self.send({"ok": True, "kind": str(kind)})
 
     def op_call(self, header, blobs):
         swapped = {}
@@ -239,14 +258,9 @@ class Worker:
                 self.namespace[name] = library_function(str(dotted))
             forbidden = forbid(header.get("forbid", []))
             upstream = channel.decode(header["backward"], blobs) if "backward" in header else None
-            census = TensorCensus() if header.get("census") else None
             self.arm(float(header.get("seconds", 5)))
             try:
-                if census is not None:  # record the shape of every tensor the call creates
-                    with census.mode():
-                        result = fn(*args, **kwargs)
-                else:
-                    result = fn(*args, **kwargs)
+                result = fn(*args, **kwargs)
                 if upstream is not None:  # a gradient check: backpropagate `upstream` from the result
                     result.backward(upstream)
             finally:
@@ -273,8 +287,6 @@ class Worker:
             self.reply_failure(failure)
             return
         values = {"value": result}
-        if census is not None:
-            values["census"] = census.largest()
         if "backward" in header:
             values["arg_grads"] = [getattr(a, "grad", None) for a in args]
         if header.get("return_args"):
@@ -337,22 +349,16 @@ class Worker:
             return
         self.reply_values({"value": record}, keep=True)
 
-    def op_watch(self, header, blobs):
+    def op_remote_model(self, header, blobs):
+        """Hold a course GPT whose layers are computed by the grader (see `remote_gpt`)."""
         try:
-            handle = int(header["handle"])
-            spec = {str(k): str(v) for k, v in dict(header["modules"]).items()}
-            records: list = []
-            self.watches[handle] = (records, install_watch(self.held[handle], spec, records))
+            fields = channel.decode(header["fields"], blobs)
+            key = ["remote", int(header["key"])]
+            model = remote_gpt(dict(fields), self.stub(key, "the course's model"))
         except BaseException as err:  # noqa: BLE001
             self.send({"ok": False, "error": error_text(err)})
             return
-        self.send({"ok": True})
-
-    def op_watched(self, header, blobs):
-        records, hooks = self.watches.pop(int(header.get("handle", -1)), ([], []))
-        for hook in hooks:
-            hook.remove()
-        self.reply_values({"value": list(records)})
+        self.reply_values({"value": model}, keep=True)
 
     def op_release(self, header, blobs):
         for ident in header.get("handles", []):
@@ -362,7 +368,6 @@ class Worker:
 
 _MISSING = object()
 TRUSTED_FACTORIES = ("coursekit.", "torch.Generator")
-MAX_WATCH_RECORDS = 5000
 
 
 def trusted_factory(dotted: str):
@@ -373,6 +378,52 @@ def trusted_factory(dotted: str):
     return library_function(dotted)
 
 
+def remote_gpt(fields: dict, ask):
+    """The course's GPT (`coursekit.gpt.GPT`) as a shell whose layers run in the grader.
+
+    Every embedding, linear layer and layer norm is a `RemoteLeaf`: calling it asks the grader,
+    which holds the real weights, to compute that layer on the given input (and sees the call).
+    The shell keeps the model's structure and attributes (config, blocks, n_heads, training
+    flags), so a student's code drives it as it would the real one, and its parameters have
+    the real shapes and dtypes, but hold NaN: nothing computed from them is right, so no answer
+    can come from here without the grader seeing the calls that made it.
+    """
+    import types
+
+    import torch
+    from torch import nn
+
+    from coursekit.gpt import GPT
+
+    class RemoteLeaf(nn.Module):
+        def __init__(self, name: str, original: nn.Module):
+            super().__init__()
+            self.remote_name = name
+            for pname, param in original.named_parameters(recurse=False):
+                self.register_parameter(pname, nn.Parameter(torch.full_like(param, float("nan")),
+                                                            requires_grad=param.requires_grad))
+            for attr in ("num_embeddings", "embedding_dim", "in_features", "out_features", "normalized_shape",
+                         "eps", "padding_idx", "elementwise_affine"):
+                if hasattr(original, attr):
+                    setattr(self, attr, getattr(original, attr))
+
+        def forward(self, x):
+            return ask(self.remote_name, x, self.training)
+
+        def extra_repr(self):
+            return f"computed by the grader: {self.remote_name}"
+
+    model = GPT(types.SimpleNamespace(**fields))
+    for name, module in list(model.named_modules()):
+        if isinstance(module, nn.Linear | nn.Embedding | nn.LayerNorm):
+            parent_name, _, attr = name.rpartition(".")
+            parent = model.get_submodule(parent_name) if parent_name else model
+            parent._modules[attr] = RemoteLeaf(name, module)
+    if fields.get("tie_weights"):
+        model.lm_head.weight = model.token_emb.weight  # one parameter, as in the real model
+    return model
+
+
 def lift_generator(value, generators: list):
     """A torch.Generator cannot cross as data; its state can."""
     torch = sys.modules.get("torch")
@@ -380,87 +431,6 @@ def lift_generator(value, generators: list):
         generators.append(value)
         return {"__generator_state__": value.get_state()}
     return value
-
-
-def install_watch(module, spec: dict, records: list) -> list:
-    """Forward hooks on `module`'s submodules that append one record per call to `records`.
-
-    `spec` maps a submodule's name to what to keep of each call besides its input's shape:
-    "shape", "input" (the first input, for small integer inputs such as positions) or
-    "last" (the output at the last position: `output[:, -1]` of a `(B, T, V)` output). Every record also says whether
-    gradients were being recorded. A name "param:<parameter>" watches that parameter's gradients instead
-    (see `_watch_accumulation`). Shared by the worker and the grader's trusted runs.
-    """
-    import torch
-
-    hooks = []
-    for name, keep in spec.items():
-        if name.startswith("param:"):  # a parameter: its incoming gradient against what .grad holds after
-            hooks += _watch_accumulation(module.get_parameter(name[6:]), name, records)
-            continue
-        def hook(mod, inputs, output, _name=name, _keep=keep):
-            if len(records) >= MAX_WATCH_RECORDS:
-                return
-            first = inputs[0] if inputs else None
-            record = {"module": _name, "shape": list(getattr(first, "shape", ())),
-                      "grad": bool(torch.is_grad_enabled())}
-            if _keep == "input" and isinstance(first, torch.Tensor) and first.numel() <= 65536:
-                record["input"] = first.detach().clone()
-            if _keep == "last" and isinstance(output, torch.Tensor) and output.ndim >= 2:
-                # (B, T, V) -> (B, V); a (B, V) output (the last position only) is kept whole
-                record["last"] = (output[..., -1, :] if output.ndim >= 3 else output).detach().clone()
-            records.append(record)
-
-        hooks.append(module.get_submodule(name).register_forward_hook(hook))
-    return hooks
-
-
-def _watch_accumulation(parameter, name: str, records: list) -> list:
-    """One record per backward pass: the norm of the gradient it brought, and of `.grad` after.
-    They are equal when .grad was cleared before (zero_grad), and differ when gradients pile up."""
-    incoming = {}
-
-    def before(grad):
-        incoming["norm"] = float(grad.detach().norm())
-        return grad
-
-    def after(param):
-        if len(records) < MAX_WATCH_RECORDS:
-            records.append({"module": name, "incoming": incoming.get("norm", -1.0),
-                            "accumulated": float(param.grad.detach().norm()) if param.grad is not None else -1.0})
-
-    return [parameter.register_hook(before), parameter.register_post_accumulate_grad_hook(after)]
-
-
-class TensorCensus:
-    """The shapes of every tensor a call creates, by operator output (views included), via a
-    TorchDispatchMode. Shared by the worker and the grader's trusted runs."""
-
-    def __init__(self):
-        self.shapes: dict[tuple, int] = {}
-
-    def mode(self):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        census = self
-
-        class Census(TorchDispatchMode):
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                out = func(*args, **(kwargs or {}))
-                for value in out if isinstance(out, tuple | list) else (out,):
-                    shape = tuple(getattr(value, "shape", ()) or ())
-                    if hasattr(value, "shape") and len(census.shapes) < 10_000:
-                        census.shapes[shape] = census.shapes.get(shape, 0) + 1
-                return out
-
-        return Census()
-
-    def largest(self, count: int = 20) -> list:
-        """[[shape, times seen], ...], the largest shapes first."""
-        import math
-
-        ranked = sorted(self.shapes.items(), key=lambda item: -math.prod(item[0]))
-        return [[list(shape), n] for shape, n in ranked[:count]]
 
 
 class ForbiddenShortcut(Exception):

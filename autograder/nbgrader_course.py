@@ -127,8 +127,6 @@ def repair_metadata_preprocessor():
 
 def configure(c, root: Path) -> None:
     """Apply the course's nbgrader settings to the traitlets config `c`."""
-    from nbconvert.preprocessors import ClearMetadataPreprocessor, CSSHTMLHeaderPreprocessor
-    from nbconvert.preprocessors.sanitize import SanitizeHTML
     from nbgrader.preprocessors import (
         AssignLatePenalties,
         CheckCellMetadata,
@@ -136,12 +134,12 @@ def configure(c, root: Path) -> None:
         ClearOutput,
         DeduplicateIds,
         GetGrades,
-        IgnorePattern,
         LimitOutput,
         OverwriteKernelspec,
         SaveAutoGrades,
     )
 
+    from .inert import InertFeedbackExporter, InertNotebook
     from .kernel import SandboxedExecute
     from .nbgrader_grades import FillGradeCells, InertOutputs, StartTrustedGrading
 
@@ -160,17 +158,28 @@ def configure(c, root: Path) -> None:
     ]
     # The student's kernel runs in the sandbox; the grades come from the hidden pytest
     # graders, started before the kernel and written into the grade cells after it.
+    # The notebook written to autograded/ is what formgrader renders for the instructor, with
+    # a template of its own that nothing cleans afterwards: InertOutputs and InertNotebook
+    # make it inert in itself. InertNotebook rewrites markdown sources, so it comes after
+    # SaveAutoGrades, which scores an unchanged markdown answer 0 by its checksum (class
+    # grading reads the written notebook with SaveAutoGrades again; it matters for markdown
+    # answer cells only, and the course's notebooks have none). (nbgrader's
+    # IgnorePattern and ClearMetadataPreprocessor are disabled unless switched on: listed, they
+    # did nothing. FillGradeCells writes every grade cell's outputs, and InertNotebook trims
+    # the metadata.)
     c.Autograde.autograde_preprocessors = [
-        StartTrustedGrading, SandboxedExecute, IgnorePattern, ClearMetadataPreprocessor, LimitOutput,
-        InertOutputs, FillGradeCells, SaveAutoGrades, AssignLatePenalties, CheckCellMetadata,
+        StartTrustedGrading, SandboxedExecute, LimitOutput, InertOutputs, FillGradeCells,
+        SaveAutoGrades, AssignLatePenalties, InertNotebook, CheckCellMetadata,
     ]
     c.Execute.timeout = CELL_TIMEOUT
-    # Feedback: keep the hidden part of grade cells hidden, and make everything a student
-    # wrote (markdown, raw cells, outputs) inert HTML.
-    c.GenerateFeedback.preprocessors = [
-        GetGrades, CSSHTMLHeaderPreprocessor, ClearHiddenTests, InertOutputs, SanitizeHTML,
-    ]
-    c.SanitizeHTML.strip = True
+    # Feedback: keep the hidden part of grade cells hidden. The autograded notebook is not
+    # trusted to be inert: its outputs and cells are made inert again, and the exporter cleans
+    # the rendered page's body after rendering (nbgrader's SanitizeHTML, disabled unless
+    # switched on, cleans markdown before it is rendered, which lets `[x](javascript:...)`
+    # through: it is replaced, not listed. CSSHTMLHeaderPreprocessor is not listed either:
+    # a listed copy is disabled, and the template, nbconvert's classic, runs its own.)
+    c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, InertOutputs, InertNotebook]
+    c.GenerateFeedback.exporter_class = InertFeedbackExporter
     os.environ.setdefault("MPLBACKEND", "Agg")
 
 

@@ -17,6 +17,8 @@ the per-user process limit to root at all.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import threading
@@ -106,6 +108,20 @@ def threads_of(uid: int) -> int:
     return total
 
 
+def descendants(pid: int) -> list[int]:
+    """Every process `pid` started, and they started, and so on (not `pid` itself)."""
+    found, todo = [], [pid]
+    while todo:
+        try:
+            children = [int(c) for c in Path(f"/proc/{todo[-1]}/task/{todo[-1]}/children").read_text().split()]
+        except OSError:
+            children = []
+        todo.pop()
+        found += children
+        todo += children
+    return found
+
+
 def make_course(path: Path, user, notebooks: dict) -> ScratchCourse:
     course = ScratchCourse(path)
     course.create()
@@ -174,20 +190,28 @@ def test_a_sandbox_killed_as_it_starts_is_the_graders_failure_and_graded_next_ti
     reference = maker.notebook(maker.answers)
     course = make_course(tmp_path / "course", unprivileged, {"ada": reference, "bob": reference})
     home = tmp_path / "home"
+    run = unprivileged.popen([sys.executable, "-m", "autograder", "autograde", UNIT, "--course", str(course.path),
+                              "--workers", "2"], home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     stop = threading.Event()
 
-    def kill_graders_workers():  # every sandbox that would run the hidden tests' worker, as it starts
+    def kill_graders_workers():  # every sandbox of this run that would run the hidden tests, as it starts
         while not stop.is_set():
-            subprocess.run(["pkill", "-KILL", "-f", "grader-worker/main.py"], capture_output=True)
-            time.sleep(0.02)
+            for pid in descendants(run.pid):
+                try:
+                    if b"grader-worker/main.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                        os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            time.sleep(0.01)
 
     killer = threading.Thread(target=kill_graders_workers, daemon=True)
     killer.start()
     try:
-        first = autograde(unprivileged, course, home, "--workers", "2")
+        output, _ = run.communicate(timeout=900)
     finally:
         stop.set()
         killer.join()
+    first = subprocess.CompletedProcess(run.args, run.returncode, output, "")
     assert first.returncode == 1, first.stdout[-3000:]
     assert "2 submission(s) could not be graded" in first.stdout, first.stdout[-3000:]
     assert first.stdout.count("the grader failed") >= 2, first.stdout[-3000:]

@@ -19,7 +19,7 @@ import pytest
 from autograder.paths import ROOT, solution_notebook
 from autograder.submission import code_cells
 
-# unit 07: the (T, T) scores built outside PyTorch, or in a thread, and the census emptied
+# unit 07: the (T, T) scores built outside PyTorch, or in a thread
 FLASH_IN_NUMPY = """
 import numpy as np
 def flash_attention(q, k, v, causal=True, block_size=64):
@@ -32,15 +32,8 @@ def flash_attention(q, k, v, causal=True, block_size=64):
 """
 
 FLASH_IN_A_THREAD = """
-import threading, sys
+import threading
 def flash_attention(q, k, v, causal=True, block_size=64):
-    for module in list(sys.modules.values()):  # whatever counts tensors in this process: emptied
-        for name in ("TensorCensus", "census"):
-            if hasattr(module, name):
-                try:
-                    setattr(module, name, None)
-                except Exception:
-                    pass
     box = {}
     def work():
         box["out"] = naive_attention(q, k, v, causal)
@@ -100,7 +93,7 @@ import importlib.util, pathlib
 _spec = importlib.util.find_spec("coursekit")
 _source = (pathlib.Path(list(_spec.submodule_search_locations)[0]) / "gpt.py").read_text()
 _namespace = {}
-exec(_source.replace("class GPT(", "class Model("), _namespace)
+exec(_source.replace("class GPT(", "class Model(").replace("from .", "from coursekit."), _namespace)
 GPT = _namespace["Model"]
 """
 

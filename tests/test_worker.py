@@ -343,11 +343,11 @@ def test_a_call_that_waits_for_the_cpu_is_not_late(tmp_path):
 
     with worker(BUSY_WORK) as student:
         assert student.call("work", 10).ok
-        stopper = threading.Thread(target=stall, args=(descendants(student.process.proc.pid), 7.0, 0.3))
+        stopper = threading.Thread(target=stall, args=(descendants(student.process.proc.pid), 12.0, 0.3))
         stopper.start()
-        outcome = student.call("work", 100_000, seconds=5.0)  # about a second of CPU, stalled for 7 s
+        outcome = student.call("work", 1_000_000, seconds=10.0)  # a few seconds of CPU, stalled for 12 s
         stopper.join()
-    assert outcome.ok and outcome.value == pytest.approx(100_000 * 50 ** 0.5), outcome
+    assert outcome.ok and outcome.value == pytest.approx(1_000_000 * 50 ** 0.5), outcome
 
 
 @needs_sandbox

@@ -388,6 +388,11 @@ class SandboxedProcess:
             "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
             "MPLBACKEND": "Agg", "MPLCONFIGDIR": "/scratch/.matplotlib", "PYTHONDONTWRITEBYTECODE": "1",
             "PYTHONHASHSEED": "0",
+            # glibc serves blocks of 64 KiB and more (every sizeable array) straight from the
+            # kernel and hands them back when freed, instead of raising that threshold as it
+            # goes and keeping freed blocks around: the process's resident memory, which a check
+            # may measure from outside, then follows what the code holds at each moment.
+            "MALLOC_MMAP_THRESHOLD_": "65536",
         }
         environment.update({k: os.environ[k] for k in PASSED_THROUGH if k in os.environ})
         environment.update(env or {})

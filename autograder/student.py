@@ -265,8 +265,8 @@ class Student:
         """Send one request and wait for its reply, serving callbacks meanwhile.
 
         `seconds` is CPU time, the worker's (read from /proc, so nothing the worker says is
-        believed), plus GRACE_SECONDS for its own alarm to act; code that waits instead
-        is stopped by the wall-clock backstop (WALL_FACTOR times as long)."""
+        believed), plus GRACE_SECONDS for its own alarm to act; code that waits instead is
+        stopped after IDLE_SECONDS without computing, or at the wall-clock backstop."""
         if self.process is None or not self.process.alive():
             raise WorkerFailed("stopped: the process running your code had exited")
         self.next_rid += 1

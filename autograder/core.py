@@ -486,7 +486,7 @@ def _probe_student(probe, api: StudentApi, inputs: Inputs) -> Outcome:
         if outcome.timed_out:
             return outcome
         return Outcome(error=f"{failed.step} raised {outcome.error}", error_type=outcome.error_type,
-                       where=outcome.where, value=outcome.value, crashed=outcome.crashed)
+                       where=outcome.where, value=outcome.value, retry=outcome.retry)
 
 
 def _probe_trusted(probe, namespace: dict, inputs: Inputs) -> _Trusted:
@@ -662,19 +662,17 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
                                 return_args=check.kind == "unchanged", **given.kwargs)
 
         outcome = run_check()
-        if outcome.timed_out or outcome.crashed:
-            # Once more, in the fresh worker that replaced the one that failed: a time limit
-            # counts CPU time, but a grade must not rest on one run going wrong.
+        if outcome.retry:
+            # Once more, in the fresh worker that replaced the one that failed: what went wrong
+            # (no CPU at all for a while, a killed worker) may have been the machine's doing. A
+            # call that used up its CPU time is not run again: it would use it up again.
             outcome = run_check()
         if outcome.timed_out:
-            gave_up = (
-                f"not run: `{part.name}` did not finish within {seconds:g} s of computing time on an earlier "
-                "check, even when run again in a fresh process (an infinite loop?)"
-            )
+            gave_up = f"not run: `{part.name}` did not finish on an earlier check (an infinite loop?)"
             results.append(result(
                 check, False,
-                f"{check.what}: `{part.name}` did not finish within {seconds:g} s of computing time, twice "
-                "(an infinite loop, or a loop that never ends for these shapes?)",
+                f"{check.what}: `{part.name}` {_timeout_text(outcome, seconds)} (an infinite loop, or a loop "
+                "that never ends for these shapes?)",
             ))
             continue
         if outcome.error_type == "NotImplementedError":
@@ -771,6 +769,12 @@ def copies_course_class(source: str, dotted: str) -> bool:
         if matcher.real_quick_ratio() >= COPY_SIMILARITY and matcher.ratio() >= COPY_SIMILARITY:
             return True
     return False
+
+
+def _timeout_text(outcome: Outcome, seconds: float) -> str:
+    if outcome.error and "without computing" in outcome.error:
+        return "waited without computing, twice, the second time in a fresh process (a sleep? a read that never ends?)"
+    return f"did not finish within {seconds:g} s of computing time"
 
 
 def judge_unchanged(check: Check, inputs: Inputs, outcome: Outcome) -> tuple[bool, str]:

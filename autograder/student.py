@@ -68,7 +68,10 @@ class Outcome:
     error_type: str | None = None  # "ValueError"
     where: str | None = None  # "softmax, line 4": the student's line that raised
     timed_out: bool = False
-    crashed: bool = False  # the worker died or garbled its answer (and was replaced)
+    # what the machine may have caused, and a fresh worker may not repeat: a wait without any
+    # computing (no CPU for IDLE_SECONDS), or a worker that died or garbled its answer. A call
+    # that used up its CPU time did so by itself, and would again.
+    retry: bool = False
     args_after: tuple = ()
     kwargs_after: dict = field(default_factory=dict)
     arg_grads: list = field(default_factory=list)  # with `backward`: each argument's .grad
@@ -424,7 +427,7 @@ class Student:
         except WorkerFailed as err:
             timed_out = "did not finish" in str(err)
             self._restart_quietly()
-            return Outcome(error=str(err), timed_out=timed_out, crashed=not timed_out)
+            return Outcome(error=str(err), timed_out=timed_out, retry="computing time" not in str(err))
         finally:
             self.callbacks = {}
         outcome = self._outcome(reply, reply_blobs)

@@ -19,6 +19,8 @@ import pytest
 from autograder.paths import ROOT, solution_notebook
 from autograder.submission import code_cells
 
+pytestmark = pytest.mark.xdist_group("trusted_measurements")  # one worker grades the submissions, once
+
 # unit 07: the (T, T) scores built outside PyTorch, or in a thread
 FLASH_IN_NUMPY = """
 import numpy as np
@@ -109,24 +111,28 @@ def train(config, steps, device=None, model=None, batch_size=16, lr=3e-3, seed=0
 """
 
 
-def with_part(unit: str, part: str, replacement: str, extra_before: str = "") -> str:
-    """The reference solution of `unit` as one .py file, `part`'s definition replaced."""
+def with_parts(unit: str, replacements: dict[str, str]) -> str:
+    """The reference solution of `unit` as one .py file, each named part's definition replaced."""
     cells = []
     for _, source in code_cells(solution_notebook(unit)):
-        if f"def {part}(" in source or f"class {part}(" in source:
-            source = extra_before + replacement
+        for part, replacement in replacements.items():
+            if f"def {part}(" in source or f"class {part}(" in source:
+                source = replacement
         cells.append(source)
     return "\n\n".join(cells)
 
 
-CASES = {
-    "flash_in_numpy": ("07_flash_training", "flash_attention", FLASH_IN_NUMPY),
-    "flash_in_a_thread": ("07_flash_training", "flash_attention", FLASH_IN_A_THREAD),
-    "train_never_steps": ("07_flash_training", "train", TRAIN_NEVER_STEPS),
-    "cache_recomputed_with_decoys": ("06_generation", "generate_cached", CACHE_RECOMPUTED_WITH_DECOYS),
-    "gpt_imported": ("05_model", "GPT", GPT_IMPORTED),
-    "gpt_from_course_source": ("05_model", "GPT", GPT_FROM_COURSE_SOURCE),
+# Each submission hides one fact per part (parts are graded independently), graded once.
+SUBMISSIONS = {
+    "numpy_flash_and_idle_train": ("07_flash_training", {"flash_attention": FLASH_IN_NUMPY,
+                                                         "train": TRAIN_NEVER_STEPS}),
+    "flash_in_a_thread": ("07_flash_training", {"flash_attention": FLASH_IN_A_THREAD}),
+    "cache_recomputed_with_decoys": ("06_generation", {"generate_cached": CACHE_RECOMPUTED_WITH_DECOYS}),
+    "gpt_imported": ("05_model", {"GPT": GPT_IMPORTED}),
+    "gpt_from_course_source": ("05_model", {"GPT": GPT_FROM_COURSE_SOURCE}),
 }
+CASES = {"flash_in_numpy": "numpy_flash_and_idle_train", "train_never_steps": "numpy_flash_and_idle_train",
+         **{name: name for name in SUBMISSIONS}}
 
 
 @pytest.fixture(scope="module")
@@ -134,15 +140,16 @@ def reports(tmp_path_factory):
     folder = tmp_path_factory.mktemp("trusted_measurements")
 
     def grade(name):
-        unit, part, code = CASES[name]
+        unit, replacements = SUBMISSIONS[name]
         path = folder / f"{name}.py"
-        path.write_text(with_part(unit, part, code))
+        path.write_text(with_parts(unit, replacements))
         proc = subprocess.run([sys.executable, "-m", "autograder", "check", unit, str(path), "--json"], cwd=ROOT,
                               capture_output=True, text=True, timeout=1200)
         return name, json.loads(proc.stdout)
 
     with ThreadPoolExecutor(2) as pool:
-        return dict(pool.map(grade, CASES))
+        graded = dict(pool.map(grade, SUBMISSIONS))
+    return {case: graded[submission] for case, submission in CASES.items()}
 
 
 def checks(report: dict, part: str) -> dict:
@@ -180,7 +187,7 @@ def test_a_gpt_pasted_from_the_courses_source_scores_zero(tmp_path):
     course_source = (ROOT / "coursekit" / "gpt.py").read_text()
     pasted = course_source.replace("class GPT(", "class MyModel(").replace("positions", "where") + "\nGPT = MyModel\n"
     path = tmp_path / "pasted.py"
-    path.write_text(with_part("05_model", "GPT", pasted))
+    path.write_text(with_parts("05_model", {"GPT": pasted}))
     from autograder.cli import check
 
     report = check("05_model", path)

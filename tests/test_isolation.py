@@ -187,11 +187,10 @@ def test_a_sandbox_full_of_threads_and_a_kernel_that_writes_cost_only_themselves
 
 
 def test_a_sandbox_killed_as_it_starts_is_the_graders_failure_and_graded_next_time(unprivileged, maker, tmp_path):
-    reference = maker.notebook(maker.answers)
-    course = make_course(tmp_path / "course", unprivileged, {"ada": reference, "bob": reference})
+    course = make_course(tmp_path / "course", unprivileged, {"ada": maker.notebook(maker.answers)})
     home = tmp_path / "home"
-    run = unprivileged.popen([sys.executable, "-m", "autograder", "autograde", UNIT, "--course", str(course.path),
-                              "--workers", "2"], home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    run = unprivileged.popen([sys.executable, "-m", "autograder", "autograde", UNIT, "--course", str(course.path)],
+                             home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     stop = threading.Event()
 
     def kill_graders_workers():  # every sandbox of this run that would run the hidden tests, as it starts
@@ -213,12 +212,12 @@ def test_a_sandbox_killed_as_it_starts_is_the_graders_failure_and_graded_next_ti
         killer.join()
     first = subprocess.CompletedProcess(run.args, run.returncode, output, "")
     assert first.returncode == 1, first.stdout[-3000:]
-    assert "2 submission(s) could not be graded" in first.stdout, first.stdout[-3000:]
-    assert first.stdout.count("the grader failed") >= 2, first.stdout[-3000:]
+    assert "1 submission(s) could not be graded" in first.stdout, first.stdout[-3000:]
+    assert "ada: the grader failed" in first.stdout, first.stdout[-3000:]
     ledger = course.path / classgrading.LEDGER_DIR / f"{UNIT}.json"
     assert not ledger.exists() or json.loads(ledger.read_text()) == {}
-    assert scores(course).get("ada") in (None, 0.0) and scores(course).get("bob") in (None, 0.0)  # none recorded
+    assert scores(course).get("ada") in (None, 0.0)  # nothing recorded (nbgrader would list 0 for none)
 
-    second = autograde(unprivileged, course, home, "--workers", "2")
+    second = autograde(unprivileged, course, home)
     assert second.returncode == 0, second.stdout[-3000:]
-    assert scores(course) == {"ada": FULL, "bob": FULL}
+    assert scores(course) == {"ada": FULL}

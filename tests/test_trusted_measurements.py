@@ -3,8 +3,9 @@
 Each submission below is the reference solution of its unit with one part replaced by code
 that is wrong in a way the grader could once be talked out of seeing, because it believed a
 record made inside the student's process: a tensor census, forward hooks, a class's lineage,
-a returned loss curve. Graded through `course.py check`, each must lose the points of the fact
-it hides, whatever it does to the records.
+a returned loss curve. Each must lose the points of the fact it hides, whatever it does to the
+records. Each is graded as the hidden tests grade it: in a sandboxed worker set up for its
+unit, one part at a time (and once through `course.py check`).
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from autograder.core import grade_part
 from autograder.paths import ROOT, solution_notebook
+from autograder.student import Student
 from autograder.submission import code_cells
-
-pytestmark = pytest.mark.xdist_group("trusted_measurements")  # one worker grades the submissions, once
+from autograder.units import UNITS
 
 # unit 07: the (T, T) scores built outside PyTorch, or in a thread
 FLASH_IN_NUMPY = """
@@ -111,85 +112,59 @@ def train(config, steps, device=None, model=None, batch_size=16, lr=3e-3, seed=0
 """
 
 
-def with_parts(unit: str, replacements: dict[str, str]) -> str:
-    """The reference solution of `unit` as one .py file, each named part's definition replaced."""
+def with_parts(unit: str, replacements: dict[str, str]) -> list[tuple[str, str]]:
+    """The reference solution of `unit`'s code cells, each named part's definition replaced."""
     cells = []
-    for _, source in code_cells(solution_notebook(unit)):
+    for label, source in code_cells(solution_notebook(unit)):
         for part, replacement in replacements.items():
             if f"def {part}(" in source or f"class {part}(" in source:
                 source = replacement
-        cells.append(source)
-    return "\n\n".join(cells)
+        cells.append((label, source))
+    return cells
 
 
-# Each submission hides one fact per part (parts are graded independently), graded once.
-SUBMISSIONS = {
-    "numpy_flash_and_idle_train": ("07_flash_training", {"flash_attention": FLASH_IN_NUMPY,
-                                                         "train": TRAIN_NEVER_STEPS}),
-    "flash_in_a_thread": ("07_flash_training", {"flash_attention": FLASH_IN_A_THREAD}),
-    "cache_recomputed_with_decoys": ("06_generation", {"generate_cached": CACHE_RECOMPUTED_WITH_DECOYS}),
-    "gpt_imported": ("05_model", {"GPT": GPT_IMPORTED}),
-    "gpt_from_course_source": ("05_model", {"GPT": GPT_FROM_COURSE_SOURCE}),
-}
-CASES = {"flash_in_numpy": "numpy_flash_and_idle_train", "train_never_steps": "numpy_flash_and_idle_train",
-         **{name: name for name in SUBMISSIONS}}
+def graded(unit: str, part: str, replacement: str) -> dict:
+    """`part` graded, with the reference's other answers, in a sandboxed worker set up as the hidden
+    tests set one up for `unit` (its hidden course files, its imports): {check name: result}."""
+    spec = UNITS[unit]
+    student = Student(with_parts(unit, {part: replacement}), hidden=tuple(str(ROOT / h) for h in spec.hidden),
+                      imports=spec.worker_imports)
+    with student:
+        student.start()
+        return {r.name.split("/", 1)[1]: r for r in grade_part(spec, part, student, name_mistakes=False)}
 
 
-@pytest.fixture(scope="module")
-def reports(tmp_path_factory):
-    folder = tmp_path_factory.mktemp("trusted_measurements")
-
-    def grade(name):
-        unit, replacements = SUBMISSIONS[name]
-        path = folder / f"{name}.py"
-        path.write_text(with_parts(unit, replacements))
-        proc = subprocess.run([sys.executable, "-m", "autograder", "check", unit, str(path), "--json"], cwd=ROOT,
-                              capture_output=True, text=True, timeout=1200)
-        return name, json.loads(proc.stdout)
-
-    with ThreadPoolExecutor(2) as pool:
-        graded = dict(pool.map(grade, SUBMISSIONS))
-    return {case: graded[submission] for case, submission in CASES.items()}
+@pytest.mark.parametrize("code", [FLASH_IN_NUMPY, FLASH_IN_A_THREAD], ids=["numpy", "thread"])
+def test_the_whole_score_matrix_shows_in_the_memory_the_grader_measures(code):
+    flash = graded("07_flash_training", "flash_attention", code)
+    assert flash["ragged_16"].passed  # the answer itself is right: only the structure is not
+    assert not flash["tiles_only"].passed and flash["tiles_only"].points == 0, flash["tiles_only"].message
 
 
-def checks(report: dict, part: str) -> dict:
-    return {c["name"].split("/", 1)[1]: c for c in report["checks"] if c["name"].startswith(part + "/")}
+def test_a_train_that_never_steps_loses_the_training_points_whatever_it_returns():
+    train = graded("07_flash_training", "train", TRAIN_NEVER_STEPS)
+    lost = {name for name, result in train.items() if not result.passed}
+    assert {"losses", "decreases", "keeps_pace", "next_byte"} <= lost, {n: r.message for n, r in train.items()}
 
 
-@pytest.mark.parametrize("case", ["flash_in_numpy", "flash_in_a_thread"])
-def test_the_whole_score_matrix_shows_in_the_memory_the_grader_measures(reports, case):
-    flash = checks(reports[case], "flash_attention")
-    assert flash["ragged_16"]["passed"]  # the answer itself is right: only the structure is not
-    assert not flash["tiles_only"]["passed"], flash["tiles_only"]["message"]
-    assert flash["tiles_only"]["points"] == 0
+def test_a_cache_that_recomputes_the_prefix_loses_the_cache_points_whatever_it_does_to_hooks():
+    cached = graded("06_generation", "generate_cached", CACHE_RECOMPUTED_WITH_DECOYS)
+    assert cached["greedy_one_token"].passed  # the tokens are right: only the work behind them is not
+    assert not cached["keys_once"].passed and "computed" in cached["keys_once"].message, cached["keys_once"].message
 
 
-def test_a_train_that_never_steps_loses_the_training_points_whatever_it_returns(reports):
-    train = checks(reports["train_never_steps"], "train")
-    lost = {name for name, check in train.items() if not check["passed"]}
-    assert {"losses", "decreases", "keeps_pace", "next_byte"} <= lost, {n: c["message"] for n, c in train.items()}
+@pytest.mark.parametrize("code", [GPT_IMPORTED, GPT_FROM_COURSE_SOURCE], ids=["imported", "from_course_source"])
+def test_a_gpt_made_from_the_courses_own_scores_zero(code):
+    gpt = graded("05_model", "GPT", code)
+    assert gpt and all(not result.passed for result in gpt.values()), {n: r.message for n, r in gpt.items()}
 
 
-def test_a_cache_that_recomputes_the_prefix_loses_the_cache_points_whatever_it_does_to_hooks(reports):
-    cached = checks(reports["cache_recomputed_with_decoys"], "generate_cached")
-    assert cached["greedy_one_token"]["passed"]  # the tokens are right: only the work behind them is not
-    assert not cached["keys_once"]["passed"], cached["keys_once"]["message"]
-    assert "computed" in cached["keys_once"]["message"]
-
-
-@pytest.mark.parametrize("case", ["gpt_imported", "gpt_from_course_source"])
-def test_a_gpt_made_from_the_courses_own_scores_zero(reports, case):
-    gpt = checks(reports[case], "GPT")
-    assert gpt and all(not check["passed"] for check in gpt.values()), {n: c["message"] for n, c in gpt.items()}
-
-
-def test_a_gpt_pasted_from_the_courses_source_scores_zero(tmp_path):
+def test_a_gpt_pasted_from_the_courses_source_scores_zero_through_the_cli(tmp_path):
     course_source = (ROOT / "coursekit" / "gpt.py").read_text()
     pasted = course_source.replace("class GPT(", "class MyModel(").replace("positions", "where") + "\nGPT = MyModel\n"
     path = tmp_path / "pasted.py"
-    path.write_text(with_parts("05_model", {"GPT": pasted}))
-    from autograder.cli import check
-
-    report = check("05_model", path)
-    gpt = checks(report, "GPT")
-    assert all(not c["passed"] and "copied from the course" in c["message"] for c in gpt.values())
+    path.write_text("\n\n".join(source for _, source in with_parts("05_model", {"GPT": pasted})))
+    proc = subprocess.run([sys.executable, "-m", "autograder", "check", "05_model", str(path), "--json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)
+    gpt = [c for c in json.loads(proc.stdout)["checks"] if c["name"].startswith("GPT/")]
+    assert gpt and all(not c["passed"] and "copied from the course" in c["message"] for c in gpt)

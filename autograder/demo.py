@@ -46,6 +46,19 @@ STUDENTS = {
     "eve": "a function that loops forever",
     "fay": "a grade cell deleted",
 }
+# The same cases in four notebooks, for the test suite (whose time this class dominates): the
+# reference with its last grade cell deleted still gets full marks, and one notebook both raises
+# in its first part and loops in its last.
+COMPACT_STUDENTS = {
+    "ada": "the reference solution, a grade cell deleted",
+    "ben": "the untouched release",
+    "cat": "a typical bug",
+    "dan": "a first part that raises, a last that loops",
+}
+# What each case is called, and who plays it, in each class.
+ROLES = {"reference": "ada", "release": "ben", "bug": "cat", "raises": "dan", "loops": "eve", "deleted": "fay"}
+COMPACT_ROLES = {"reference": "ada", "release": "ben", "bug": "cat", "raises": "dan", "loops": "dan",
+                 "deleted": "ada"}
 
 
 def strip_solution_markers(source: str) -> str:
@@ -96,7 +109,9 @@ class SampleMaker:
         answers[grade_id] = edit(answers[grade_id])
         return answers
 
-    def students(self) -> dict[str, object]:
+    def students(self, compact: bool = False) -> dict[str, object]:
+        """The sample students' notebooks (STUDENTS), or with `compact` the same cases in fewer
+        notebooks (COMPACT_STUDENTS)."""
         unit = self.unit
         first, last = unit.parts[0].name, unit.parts[-1].name
         bug = unit.sample_bug
@@ -118,6 +133,15 @@ class SampleMaker:
                                      f"{indent}    pass"]
             return "\n".join(lines)
 
+        if compact:
+            raising_and_looping = {**self.with_answer(first, raises_first)}
+            raising_and_looping[self.cell_defining(last)] = loops_forever(self.answers[self.cell_defining(last)])
+            return {
+                "ada": self.notebook(self.answers, drop=f"grade_{last}"),
+                "ben": self.notebook(),
+                "cat": self.notebook(self.with_answer(bug.part, typical_bug)),
+                "dan": self.notebook(raising_and_looping),
+            }
         return {
             "ada": self.notebook(self.answers),
             "ben": self.notebook(),
@@ -143,6 +167,8 @@ class SampleClass:
     # (student, unit) -> why course.py autograde could not grade it (or make its feedback)
     failures: dict[tuple[str, str], str] = field(default_factory=dict)
     seconds: float = 0.0
+    students: dict[str, str] = field(default_factory=lambda: dict(STUDENTS))  # who, and what they hand in
+    roles: dict[str, str] = field(default_factory=lambda: dict(ROLES))  # case -> the student who plays it
 
     def score(self, student: str, unit: str) -> tuple[float, float]:
         cells = self.cell_scores[(student, unit)].values()
@@ -150,7 +176,8 @@ class SampleClass:
 
 
 def run_sample_class(workdir: Path, units: list[str] | None = None, log=print,
-                     workers: int | None = None) -> SampleClass:
+                     workers: int | None = None, compact: bool = False) -> SampleClass:
+    """The loop on the sample class (STUDENTS; with `compact`, the same cases in fewer notebooks)."""
     from .classgrading import autograde_class, generate_feedback
 
     workers = workers or os.cpu_count() or 1
@@ -160,18 +187,20 @@ def run_sample_class(workdir: Path, units: list[str] | None = None, log=print,
         shutil.rmtree(workdir)
     course = ScratchCourse(workdir / "course")
     course.create()
-    result = SampleClass(course=course, units=units)
+    students = COMPACT_STUDENTS if compact else STUDENTS
+    result = SampleClass(course=course, units=units, students=dict(students),
+                         roles=dict(COMPACT_ROLES if compact else ROLES))
     for unit in units:
         name = unit_notebook_name(unit)
         log(f"[{unit}] generate_assignment")
         course.generate_assignment(unit)
         maker = SampleMaker(unit, course.release / unit / name)
-        for student, nb in maker.students().items():
+        for student, nb in maker.students(compact).items():
             path = workdir / "samples" / student / unit / name
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, path)
             course.submit(student, unit, path, name)
-        log(f"[{unit}] autograde {len(STUDENTS)} sample submissions, {workers} at a time (course.py autograde)")
+        log(f"[{unit}] autograde {len(students)} sample submissions, {workers} at a time (course.py autograde)")
         started_unit = time.perf_counter()
         progress = io.StringIO()
         run = autograde_class(course.path, unit, workers=workers, stream=progress)
@@ -179,14 +208,14 @@ def run_sample_class(workdir: Path, units: list[str] | None = None, log=print,
         result.autograde_logs[unit] = progress.getvalue()
         result.failures.update({(student, unit): reason for student, reason in run.failures.items()})
         log(f"[{unit}] generate_feedback, {workers} at a time")
-        for student, reason in generate_feedback(course.path, unit, sorted(STUDENTS), workers).items():
+        for student, reason in generate_feedback(course.path, unit, sorted(students), workers).items():
             result.failures[(student, unit)] = f"feedback: {reason}"
     result.grades_csv = course.path / "grades.csv"
     course.export(result.grades_csv)
     with course.gradebook() as gb:
         for unit in units:
             notebook_id = unit_notebook_name(unit).removesuffix(".ipynb")
-            for student in STUDENTS:
+            for student in students:
                 try:
                     submission = gb.find_submission_notebook(notebook_id, unit, student)
                 except Exception:  # noqa: BLE001 - a student whose kernel died has no entry
@@ -209,10 +238,10 @@ def run_sample_class(workdir: Path, units: list[str] | None = None, log=print,
 
 
 def score_table(result: SampleClass) -> str:
-    width = max(len(f"{s}  {d}") for s, d in STUDENTS.items()) + 2
+    width = max(len(f"{s}  {d}") for s, d in result.students.items()) + 2
     header = "student".ljust(width) + "".join(u.rjust(16) for u in result.units)
     lines = [header, "-" * len(header)]
-    for student, what in STUDENTS.items():
+    for student, what in result.students.items():
         row = f"{student}  {what}".ljust(width)
         for unit in result.units:
             score, max_score = result.score(student, unit)
@@ -232,7 +261,7 @@ def main(argv: list[str]) -> int:
     print()
     for unit in result.units:
         print(f"Per-cell scores for {unit}:")
-        for student in STUDENTS:
+        for student in result.students:
             cells = result.cell_scores[(student, unit)]
             parts = ", ".join(
                 f"{cell.removeprefix('grade_')} {fmt(s)}/{fmt(m)}" for cell, (s, m) in cells.items()
@@ -246,7 +275,7 @@ def main(argv: list[str]) -> int:
         rows = list(csv.DictReader(f))
     print(f"  ({len(rows)} rows: one per student and assignment)")
     timings = ", ".join(f"{unit} {seconds:.1f} s" for unit, seconds in result.autograde_seconds.items())
-    print(f"\n`course.py autograde` of {len(STUDENTS)} students: {timings}; "
+    print(f"\n`course.py autograde` of {len(result.students)} students: {timings}; "
           f"{sum(result.autograde_seconds.values()):.1f} s in all.")
     for (student, unit), reason in sorted(result.failures.items()):
         print(f"NOT GRADED: {student} in {unit}: {reason}")

@@ -10,7 +10,8 @@ from autograder.demo import run_sample_class
 
 @pytest.fixture(scope="session")
 def sample_class(tmp_path_factory):
-    return run_sample_class(tmp_path_factory.mktemp("sample_class"), log=lambda *a: None)
+    # The compact class: every case of `course.py demo`'s six students, in four notebooks a unit.
+    return run_sample_class(tmp_path_factory.mktemp("sample_class"), log=lambda *a: None, compact=True)
 
 
 @pytest.hookimpl(trylast=True)

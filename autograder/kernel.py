@@ -23,6 +23,10 @@ Three things change because of that:
   notebook started.
 - Working folder. The kernel runs in the sandbox's private /scratch, not in the
   submission's folder (which is on the grader's disk).
+- Heartbeat. A notebook that writes bytes into its kernel's sockets can leave the grader's
+  heartbeat thread blocked for ever, and jupyter_client joins that thread without a timeout
+  when the kernel is shut down: one notebook stopped `nbgrader autograde` for the whole
+  class. The grader's client waits a few seconds for it, then leaves it behind (a daemon).
 
 `SandboxedExecute` is nbgrader's `Execute` with this kernel, and it also caps what the
 notebook may accumulate in the grader's memory: per cell, and for the whole notebook,
@@ -41,13 +45,15 @@ import time
 import uuid
 from dataclasses import dataclass, replace
 
+from jupyter_client.asynchronous import AsyncKernelClient
+from jupyter_client.channels import HBChannel
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import LocalProvisioner
 from jupyter_core.utils import run_sync
 from nbclient.exceptions import CellTimeoutError, DeadKernelError
 from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
-from traitlets import Instance, Integer, List, TraitError, Tuple, Unicode, default, validate
+from traitlets import Instance, Integer, List, TraitError, Tuple, Type, Unicode, default, validate
 
 from .sandbox import Limits, SandboxedProcess, sandbox_problem
 
@@ -152,6 +158,27 @@ class SandboxedProvisioner(LocalProvisioner):
             self.folder = None
 
 
+class _BoundedHeartbeat(HBChannel):
+    """A heartbeat channel whose `stop` returns even when its thread is stuck.
+
+    The thread pings the kernel over a ZeroMQ REQ socket. After a notebook wrote garbage into
+    its sockets, that send can block for good, and HBChannel.stop joins the thread with no
+    timeout. The thread is a daemon: left behind, it costs a socket until the grader exits."""
+
+    STOP_SECONDS = 5.0
+
+    def stop(self) -> None:
+        self._running = False
+        self._exit.set()
+        self.join(self.STOP_SECONDS)
+        if not self.is_alive():  # a ZeroMQ socket is closed only by the thread that is done with it
+            self.close()
+
+
+class _SandboxedKernelClient(AsyncKernelClient):
+    hb_channel_class = Type(_BoundedHeartbeat)
+
+
 class SandboxedKernelManager(AsyncKernelManager):
     """A kernel manager whose kernel runs in the sandbox (see the module docstring)."""
 
@@ -164,6 +191,10 @@ class SandboxedKernelManager(AsyncKernelManager):
     @default("limits")
     def _default_limits(self):
         return KERNEL_LIMITS
+
+    @default("client_factory")
+    def _default_client_factory(self):
+        return _SandboxedKernelClient
 
     @default("transport")
     def _default_transport(self):

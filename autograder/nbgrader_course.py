@@ -244,9 +244,9 @@ class ScratchCourse:
             nbformat.write(notebook, target)
         return target
 
-    def autograde(self, unit: str) -> subprocess.CompletedProcess:
+    def autograde(self, unit: str, timeout: float | None = None) -> subprocess.CompletedProcess:
         # Exit status 1 when a student's kernel died; the others are still graded.
-        return self.nbgrader("autograde", unit, "--create", "--force", check=False)
+        return self.nbgrader("autograde", unit, "--create", "--force", check=False, timeout=timeout)
 
     def generate_feedback(self, unit: str) -> None:
         self.nbgrader("generate_feedback", unit, "--force")

@@ -32,7 +32,23 @@ UNIT = "01_attention"
 NAME = unit_notebook_name(UNIT)
 FULL = UNITS[UNIT].points
 MARKER = "sleep 987"  # the command line of processes the students leave behind
+AUTOGRADE_SECONDS = 1800  # the class takes about two minutes; a grader that hangs on one notebook never ends
+GARBLED_SECONDS = 600
 pytestmark = [pytest.mark.nbgrader, pytest.mark.xdist_group("hostile_class")]
+
+
+# A softmax that writes bytes to every file descriptor it has on each call, its answers kept
+# right. In the kernel (the visible checks call it) it garbles the kernel's sockets.
+SOCKET_SPRAY = """import os
+_good = softmax
+def softmax(x, axis=-1):
+    for fd in range(256):
+        try:
+            os.write(fd, b'\\xff' * 4096 + b'{"ok": true}\\n')
+        except OSError:
+            pass
+    return _good(x, axis)
+"""
 
 
 def code(source: str):
@@ -136,6 +152,8 @@ def attacks(course: Path) -> dict[str, tuple[str, str, float | str]]:
                           "        try:\n            os.write(fd, bytes(7) + b'\\x10' + b'x' * 16)\n"
                           "        except OSError:\n            pass\n"
                           "    return x", 0),
+        # the same bytes on every call (see test_garbled_kernel_sockets_stop_nobody_else)
+        "channel_spray_kernel": ("reference", SOCKET_SPRAY, FULL - UNITS[UNIT].part("softmax").points),
         "channel_objects": ("release", "import numpy as np\n"
                             "class Payload:\n    def __reduce__(self):\n        return (print, ('unpickled!',))\n"
                             "def softmax(x, axis=-1):\n    return np.array([Payload()] * x.size, dtype=object)\n"
@@ -248,7 +266,7 @@ def hostile_class(tmp_path_factory):
                            NAME)
     expected["zed"] = FULL
     before = {"tree": tree_digest(), "canary": canary.read_bytes()}
-    proc = course.autograde(UNIT)
+    proc = course.autograde(UNIT, timeout=AUTOGRADE_SECONDS)  # a hang fails the class, not the suite
     course.generate_feedback(UNIT)
     scores = {}
     with course.gradebook() as gb:
@@ -318,3 +336,26 @@ def test_each_attack_is_told_what_happened_in_plain_words(hostile_class):
     assert "NotImplementedError" in outputs("forge_transformer")
     assert "cannot read" in outputs("channel_objects") or "expected" in outputs("channel_objects")
     assert "raised" in outputs("steal_reference")
+
+
+def test_garbled_kernel_sockets_stop_nobody_else(tmp_path):
+    """A notebook whose code garbles its kernel's sockets once left jupyter_client's heartbeat
+    thread blocked, and nbgrader joined it without a timeout: `nbgrader autograde` stopped
+    there for good and the students after it were never graded. (Seen with these two
+    students; in the bigger class above the timing differs and it did not hang.)"""
+    course = ScratchCourse(tmp_path / "course")
+    course.create()
+    course.generate_assignment(UNIT)
+    maker = SampleMaker(UNIT, course.release / UNIT / NAME)
+    nb = maker.notebook(maker.answers)
+    at = max(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("solution"))
+    nb.cells.insert(at + 1, code(SOCKET_SPRAY))
+    course.submit("spray", UNIT, nb, NAME)
+    course.submit("zed", UNIT, maker.notebook(maker.answers), NAME)
+    try:
+        course.autograde(UNIT, timeout=GARBLED_SECONDS)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"nbgrader autograde still ran after {GARBLED_SECONDS} s (two notebooks take about 40 s)")
+    with course.gradebook() as gb:
+        scores = {s: gb.find_submission_notebook(NAME.removesuffix(".ipynb"), UNIT, s).score for s in ("spray", "zed")}
+    assert scores == {"spray": FULL - UNITS[UNIT].part("softmax").points, "zed": FULL}

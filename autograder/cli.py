@@ -13,6 +13,7 @@ not be graded (with `--json`: `{"unit", "path", "error"}`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import functools
 import json
 import os
@@ -81,6 +82,17 @@ class GradingRun:
         else:
             self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def abandon(self) -> None:
+        """Stop the run and forget it: its notebook will not be graded by this run (nbgrader
+        stopped before reading its report). Its sandboxed workers die with it."""
+        with contextlib.suppress(ProcessLookupError):
+            self.proc.kill()  # a no-op once it has exited
+        try:
+            self.proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pass
+        self.folder.cleanup()
 
     def result(self, timeout: float = RUN_SECONDS) -> tuple[dict, str]:
         """(the report, pytest's own output). Raises GradingFailed if there is no report."""

@@ -20,6 +20,7 @@
 
 from __future__ import annotations
 
+import atexit
 import shutil
 import tempfile
 from pathlib import Path
@@ -50,6 +51,7 @@ class StartTrustedGrading(Preprocessor):
     enabled = True
 
     def preprocess(self, nb, resources):
+        abandon_runs()  # a notebook nbgrader gave up on before FillGradeCells: its run is still going
         unit = resources["nbgrader"]["assignment"]
         folder = Path(tempfile.mkdtemp(prefix="nbgrader-submission-"))
         path = folder / f"{resources['nbgrader']['notebook']}.ipynb"
@@ -60,6 +62,19 @@ class StartTrustedGrading(Preprocessor):
             self.log.error("No hidden tests for %s: %s", unit, err)
             shutil.rmtree(folder, ignore_errors=True)
         return nb, resources
+
+
+def abandon_runs() -> None:
+    """Stop every trusted run whose notebook nbgrader will not finish. nbgrader grades one
+    notebook at a time, so any run still listed when the next starts (or when nbgrader exits)
+    belongs to a notebook whose grading stopped before FillGradeCells."""
+    while RUNS:
+        run = RUNS.pop(next(iter(RUNS)))
+        run.abandon()
+        shutil.rmtree(run.submission.parent, ignore_errors=True)
+
+
+atexit.register(abandon_runs)
 
 
 class GraderFailure(RuntimeError):

@@ -359,3 +359,26 @@ def test_garbled_kernel_sockets_stop_nobody_else(tmp_path):
     with course.gradebook() as gb:
         scores = {s: gb.find_submission_notebook(NAME.removesuffix(".ipynb"), UNIT, s).score for s in ("spray", "zed")}
     assert scores == {"spray": FULL - UNITS[UNIT].part("softmax").points, "zed": FULL}
+
+
+def test_a_run_whose_notebook_nbgrader_gave_up_on_is_stopped(tmp_path):
+    """When nbgrader stops on a notebook before FillGradeCells reads its report, the hidden
+    tests' run must not go on computing beside the next students' (it did, for seconds)."""
+    import shutil
+
+    from autograder import nbgrader_grades
+    from autograder.paths import solution_notebook
+
+    gone = tmp_path / "gone" / NAME
+    gone.parent.mkdir()
+    shutil.copy(solution_notebook(UNIT), gone)
+    nbgrader_grades.RUNS["gone/01_attention/attention"] = stale = nbgrader_grades.GradingRun(UNIT, gone)
+    resources = {"nbgrader": {"assignment": UNIT, "notebook": NAME.removesuffix(".ipynb"), "student": "next"}}
+    try:
+        nbgrader_grades.StartTrustedGrading().preprocess(nbformat.read(gone, as_version=4), resources)
+        assert stale.proc.returncode is not None, "the abandoned run is still going"
+        assert not gone.parent.exists()
+        assert list(nbgrader_grades.RUNS) == ["next/01_attention/attention"]
+    finally:
+        nbgrader_grades.abandon_runs()
+    assert nbgrader_grades.RUNS == {}

@@ -23,10 +23,12 @@ Three things change because of that:
   notebook started.
 - Working folder. The kernel runs in the sandbox's private /scratch, not in the
   submission's folder (which is on the grader's disk).
-- Heartbeat. A notebook that writes bytes into its kernel's sockets can leave the grader's
-  heartbeat thread blocked for ever, and jupyter_client joins that thread without a timeout
-  when the kernel is shut down: one notebook stopped `nbgrader autograde` for the whole
-  class. The grader's client waits a few seconds for it, then leaves it behind (a daemon).
+
+One more change has nothing to do with the sandbox: a notebook that writes bytes into its
+kernel's sockets can leave the grader's heartbeat thread blocked for ever, and jupyter_client
+joins that thread without a timeout when the kernel is shut down, so one notebook stopped
+`nbgrader autograde` for the whole class. The grader's client waits a few seconds for it,
+then leaves it behind (a daemon).
 
 `SandboxedExecute` is nbgrader's `Execute` with this kernel, and it also caps what the
 notebook may accumulate in the grader's memory: per cell, and for the whole notebook,

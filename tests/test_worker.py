@@ -335,6 +335,22 @@ def work(n):
 """
 
 
+def test_trusted_code_under_a_time_limit_runs_on_one_torch_thread():
+    """The grader's CPU-time limit on trusted code (the reference, the variants) must not count
+    PyTorch's threads spinning at their barriers: on a busy machine that made a catalogued
+    training variant use 59 s of CPU instead of 9 and time out. Inside the limit PyTorch runs
+    on one thread; after it, on as many as before."""
+    before = torch.get_num_threads()
+    with sandbox.time_limit(30.0):
+        inside = torch.get_num_threads()
+    assert inside == 1 and torch.get_num_threads() == before
+    with pytest.raises(sandbox.TimeLimitExceeded):
+        with sandbox.time_limit(0.3):
+            while True:
+                pass
+    assert torch.get_num_threads() == before
+
+
 @needs_sandbox
 def test_a_call_that_waits_for_the_cpu_is_not_late(tmp_path):
     """Time limits count the worker's CPU time, read by the grader: a call that got no CPU for

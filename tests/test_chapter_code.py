@@ -1,9 +1,12 @@
-"""Chapters teach the idea; they never hand over a graded function (issue 10, point 1).
+"""Chapters teach the idea; they never hand over a graded function (issue 10, point 1), and
+neither do the exercises' visible check cells (issue 18).
 
 Every reading chapter's code runs as a student's submission would (in the sandboxed worker),
 and every function or class it defines is graded in the place of every graded part of every
 unit, whatever its name. The best that chapter code alone can earn must stay at most a fifth
-of each unit's points.
+of each unit's points. A function or class defined in an exercise's visible check cell (an
+oracle written another way, say) must earn nothing at all in place of a graded part: pasted
+into the answer cell above it, it would be the answer.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import nbformat
 import pytest
 
 from autograder.core import grade_part
-from autograder.paths import COURSE_UNITS, chapter_notebook, solution_notebook
+from autograder.paths import COURSE_UNITS, chapter_notebook, release_notebook, solution_notebook
 from autograder.reference import load_reference
 from autograder.student import Student
 from autograder.units import UNITS
@@ -139,3 +142,60 @@ def test_the_check_would_catch_a_chapter_that_hands_over_a_graded_function():
         earned = sum(r.points for r in grade_part(spec, "softmax", StandIn(student, "softmax", name),
                                                   name_mistakes=False))
     assert earned == spec.part("softmax").points > MOST * spec.points
+
+
+def check_cell_definitions(unit: str) -> list[tuple[str, str]]:
+    """The release notebook's setup cells, then every import, function and class of its visible
+    check cells, each as a cell of its own: the definitions, without the checks that call the
+    (unanswered) parts."""
+    nb = nbformat.read(release_notebook(unit), as_version=4)
+    cells = [("matplotlib", "import matplotlib\nmatplotlib.use('Agg')")]
+    for cell in nb.cells:
+        grade_id = str(cell.metadata.get("nbgrader", {}).get("grade_id", ""))
+        if cell.cell_type != "code":
+            continue
+        if grade_id.startswith("setup"):
+            cells.append((grade_id, cell.source))
+        elif grade_id.startswith("check_"):
+            for node in ast.parse(cell.source).body:
+                if isinstance(node, ast.Import | ast.ImportFrom | ast.FunctionDef | ast.ClassDef):
+                    cells.append((f"{grade_id}: line {node.lineno}", ast.get_source_segment(cell.source, node)))
+    return cells
+
+
+def earned_in_place_of_parts(unit: str, cells) -> dict[str, float]:
+    """"part <- definition" -> the points it earns on the part's value checks (inputs-unchanged
+    checks left out: any function that leaves its arguments alone passes those)."""
+    spec, ref = UNITS[unit], load_reference(unit)
+    # Only the check cells' own definitions: what the setup cells define is given to the student anyway.
+    defined = definitions([(label, source) for label, source in cells if label.startswith("check_")])
+    earned = {}
+    with Student(cells, cell_seconds=120.0) as student:
+        student.start()
+        for part in spec.parts:
+            for name, node in defined.items():
+                if not could_stand_in(node, getattr(ref, part.name)):
+                    continue
+                results = grade_part(spec, part.name, StandIn(student, part.name, name), name_mistakes=False)
+                kinds = {f"{part.name}/{c.name}": c.kind for c in part.checks}
+                points = sum(r.points for r in results if kinds[r.name] != "unchanged")
+                if points:
+                    earned[f"{part.name} <- {name}"] = points
+    return earned
+
+
+@pytest.mark.parametrize("unit", GRADED)
+def test_no_visible_check_cell_holds_a_graded_function(unit):
+    earned = earned_in_place_of_parts(unit, check_cell_definitions(unit))
+    assert not earned, f"a function of {unit}'s visible check cells earns points in place of a graded part: {earned}"
+
+
+def test_the_check_cell_test_would_catch_a_check_cell_that_hands_over_a_graded_function():
+    # A visible check that compares the student's softmax with one written another way: that
+    # other way, pasted into the answer cell, is the answer.
+    cells = [("check_softmax: line 1", "import numpy as np\n\ndef softmax_by_logsumexp(z, axis=-1):\n"
+                                       "    m = z.max(axis=axis, keepdims=True)\n"
+                                       "    return np.exp(z - m - np.log(np.exp(z - m).sum(axis=axis, keepdims=True)))\n")]
+    earned = earned_in_place_of_parts("01_attention", cells)
+    assert earned.get("softmax <- softmax_by_logsumexp", 0) == UNITS["01_attention"].part("softmax").points - sum(
+        c.points for c in UNITS["01_attention"].part("softmax").checks if c.kind == "unchanged")

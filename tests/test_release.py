@@ -83,3 +83,26 @@ def test_a_locked_cell_says_by_its_name_whether_the_grader_runs_it():
     nb.cells[1].metadata["nbgrader"]["grade_id"] = "helpers"
     with pytest.raises(ValueError, match="helpers"):
         check_locked_cells(nb, "ambiguous.ipynb")
+
+
+@pytest.mark.parametrize("unit", GRADED)
+def test_every_exercise_opens_with_a_table_of_its_parts_whose_points_are_the_graders(unit):
+    """The first cell's table (part | function | what it does | points | difficulty | time) has one
+    row per graded part, with the grader's own points: a student plans by it."""
+    import re
+
+    intro = nbformat.read(solution_notebook(unit), as_version=4).cells[0].source
+    header = "| part | function | what it does | points | difficulty | time |"
+    assert header in intro, f"{unit}: the first cell has no table of the parts ({header})"
+    rows = [line for line in intro[intro.index(header):].splitlines()[2:] if line.startswith("|")]
+    listed = {}
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        named = re.match(r"`(\w+)[(`]", cells[1])
+        if named is None:
+            continue  # a row for what is not graded
+        assert re.fullmatch(r"★+☆*", cells[4]) and cells[5], f"{unit}: the row of {named[1]} needs a difficulty and a time"
+        listed[named[1]] = float(cells[3])
+    spec = UNITS[unit]
+    assert listed == {part.name: part.points for part in spec.parts}, (
+        f"{unit}: the table says {listed}; the grader gives {({p.name: p.points for p in spec.parts})}")

@@ -204,9 +204,8 @@ def facets(records, tokens, inputs: Inputs) -> dict:
     ok = all(total in (needed, needed + 1) for total in totals.values()) and all(rows.values())
     out["keys"] = facet(ok, rows, _keys_message(rows, fed, T0, needed))
 
-    # steps: the logits of every step equal a full forward pass of the same prefix
-    logits_calls = [r.get("last") for r in by_module.get("lm_head", [])]
-    out["steps"] = _steps_facet(logits_calls, fed, tokens, inputs, new)
+    # steps: the logits that choose each new token equal a full forward pass of the same prefix
+    out["steps"] = _steps_facet(_logits_by_prefix(records, B), tokens, inputs, new)
     return out
 
 
@@ -221,19 +220,20 @@ def _rows(shape, batch, last_dim=False) -> int:
 
 def _positions_message(seen, T0) -> str:
     expected_next = 0
+    fed = [len(positions) for positions in seen]
     for step, positions in enumerate(seen):
         want = list(range(expected_next, expected_next + len(positions)))
         if positions != want:
+            where = _which_step(step, fed, T0)
             if step > 0 and len(positions) > 1 and positions == list(range(len(positions))):
-                return (f"forward step {step} fed the whole sequence again (positions 0..{len(positions) - 1}): feed "
-                        f"only the newest token, at position {expected_next}, and take the rest from the cache")
-            where = "the prompt" if step == 0 else f"forward step {step} (after {expected_next} tokens)"
+                return (f"{where} fed the whole sequence again (positions 0 to {len(positions) - 1}): feed only the "
+                        f"newest token, at position {expected_next}, and take the rest from the cache")
             shown = positions if len(positions) <= 8 else positions[:4] + ["..."] + positions[-2:]
-            hint = (" Positions restart at 0: the new token sits at position T + s, after the prompt and the "
-                    "tokens already generated." if positions and positions[0] == 0 and expected_next > 0 else "")
-            return f"{where} looked up positions {shown} in `pos_emb`, expected {want[:8]}.{hint}"
+            hint = ("; positions restart at 0, but the new token sits at position T + s, after the prompt and the "
+                    "tokens already generated" if positions and positions[0] == 0 and expected_next > 0 else "")
+            return f"{where} looked up positions {shown} in `pos_emb`, expected {want[:8]}{hint}"
         expected_next += len(positions)
-    return f"`pos_emb` was asked for {expected_next} positions in all, expected every position once"
+    return f"`pos_emb` was asked for {_plural(expected_next, 'position')} in all, expected every position once"
 
 
 def _keys_message(rows, fed, T0, needed) -> str:
@@ -247,67 +247,101 @@ def _keys_message(rows, fed, T0, needed) -> str:
             step = next((i for i, (r, f) in enumerate(zip(calls, fed, strict=False)) if r > f), None)
             if step is None:
                 step = next((i for i, r in enumerate(calls) if i > 0 and r > 1), len(calls) - 1)
-            return (f"block {layer}'s `attn.{kind}` computed {total} positions in all for a prompt of {T0} and "
-                    f"{needed - T0 + 1} new tokens (step {step} alone: {calls[step]}): each step should compute keys "
-                    "and values for its new token only and read the earlier ones from the cache")
+            return (f"block {layer}'s `attn.{kind}` computed {total} positions in all for a prompt of "
+                    f"{_plural(T0, 'token')} and {_plural(needed - T0 + 1, 'new token')} ({_which_step(step, fed, T0)} "
+                    f"alone: {_plural(calls[step], 'position')}): each step should compute keys and values for its new "
+                    "token only and read the earlier ones from the cache")
         if total < needed:
-            return (f"block {layer}'s `attn.{kind}` computed only {total} positions, but {needed} were fed to the "
-                    "model: every position's keys and values are needed once")
+            return (f"block {layer}'s `attn.{kind}` computed only {_plural(total, 'position')}, but {needed} were fed "
+                    "to the model: every position's keys and values are needed once")
     return "the keys and values were not computed once per position"
 
 
-def _steps_facet(logits_calls, fed, tokens, inputs, new) -> dict:
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _which_step(step: int, fed: list, T0: int) -> str:
+    """A forward step (an index into the calls of token_emb) in the student's terms."""
+    start = sum(fed[:step])
+    if step == 0:
+        return "the first forward step"
+    if start < T0:
+        return f"the forward step at prompt position {start}"
+    return f"the forward step that fed new token {start - T0 + 1}"
+
+
+def _logits_by_prefix(records, B) -> list:
+    """Every call of lm_head, in order, with the number of positions fed to the model before it: [(length, last)].
+
+    A prefill of the whole prompt in one call, or one token at a time (with lm_head on every
+    prompt position, or on the last one only), tells each call apart by that length."""
+    pairs, seen, steps = [], 0, 0
+    for r in records:
+        if r.get("module") == "token_emb":
+            t = _rows(r.get("shape"), B, last_dim=True)
+            # A step that fed the whole sequence again (no cache) predicts after t tokens, not after seen + t.
+            seen = t if steps > 0 and t > 1 and t == seen + 1 else seen + t
+            steps += 1
+        elif r.get("module") == "lm_head":
+            pairs.append((seen, r.get("last")))
+    return pairs
+
+
+def _steps_facet(calls, tokens, inputs, new) -> dict:
+    """The logits that choose new token s + 1 are lm_head's last call after T0 + s positions were fed."""
     if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2 or tokens.shape[0] != inputs.args[0].shape[0] \
             or tokens.dtype not in (torch.int64, torch.int32) or tokens.shape[1] < 1:
         return {"ok": False, "detail": None, "message": f"the tokens returned are {describe(tokens)}"}
-    vocab = inputs.kwargs["fields"]["vocab_size"]
-    tokens = tokens.long().clamp(0, vocab - 1)[:, : inputs.kwargs["fields"]["context_length"]]
+    fields = inputs.kwargs["fields"]
+    T0 = inputs.args[0].shape[1]
+    tokens = tokens.long().clamp(0, fields["vocab_size"] - 1)[:, : fields["context_length"]]
     with torch.no_grad():
         full = trusted_model(inputs)(tokens)  # (B, T, V): position p predicts token p + 1
-    verdicts, lengths = [], []
-    seen = 0
-    for step, last in enumerate(logits_calls):
-        t = fed[step] if step < len(fed) else 0
-        # A step that fed the whole sequence again (no cache) predicts after t tokens, not after seen + t.
-        seen = t if step > 0 and t > 1 and t == seen + 1 else seen + t
-        lengths.append(seen)
-        if not isinstance(last, torch.Tensor) or seen < 1 or seen > full.shape[1] or \
-                tuple(last.shape) != tuple(full[:, seen - 1].shape):
+    latest = dict(calls)  # prefix length -> the logits of its last lm_head call
+    verdicts = []  # per new token: True, False (wrong logits), None (no logits computed after that prefix)
+    for length in range(T0, T0 + new):
+        last = latest.get(length)
+        if last is None or length > full.shape[1]:
+            verdicts.append(None)
+        elif not isinstance(last, torch.Tensor) or tuple(last.shape) != tuple(full[:, length - 1].shape):
             verdicts.append(False)
-            continue
-        verdicts.append(bool(torch.allclose(last.float(), full[:, seen - 1], rtol=LOGITS.rtol, atol=LOGITS.atol)))
-    steps_needed = new
-    ok = len(verdicts) >= steps_needed and all(verdicts)
-    if not logits_calls:
-        message = "the grader saw no call of `model.lm_head`: compute the logits with the module"
-    elif len(verdicts) < steps_needed:
-        message = f"`lm_head` ran {len(verdicts)} times for {new} new tokens: every new token needs its logits"
-    else:
-        bad = verdicts.index(False) if False in verdicts else 0
-        last = logits_calls[bad]
-        T0 = inputs.args[0].shape[1]
-        if isinstance(last, torch.Tensor) and 1 <= lengths[bad] <= full.shape[1] and \
-                tuple(last.shape) == tuple(full[:, lengths[bad] - 1].shape):
-            gap = float((last.float() - full[:, lengths[bad] - 1]).abs().max())
-            what = ("the prompt" if lengths[bad] == T0 else f"{lengths[bad]} of the prompt's {T0} tokens"
-                    if lengths[bad] < T0 else f"the prompt and {lengths[bad] - T0} new tokens")
-            message = (f"the logits of forward step {bad} (after {what}) differ from a full forward pass of the same "
-                       f"prefix by up to {gap:.3g}")
         else:
-            message = (f"the logits of forward step {bad} have shape {describe(last)}, expected the last position's "
-                       f"({inputs.args[0].shape[0]}, {inputs.kwargs['fields']['vocab_size']})")
+            verdicts.append(bool(torch.allclose(last.float(), full[:, length - 1], rtol=LOGITS.rtol,
+                                                atol=LOGITS.atol)))
+    ok = all(v is True for v in verdicts)
+    if not calls:
+        message = "the grader saw no call of `model.lm_head`: compute the logits with the module"
+    elif ok:
+        message = None
+    else:
+        bad = next(i for i, v in enumerate(verdicts) if v is not True)
+        length, last = T0 + bad, latest.get(T0 + bad)
+        after = "the prompt" if bad == 0 else f"the prompt and {_plural(bad, 'new token')}"
+        if verdicts[bad] is None:
+            message = (f"no logits were computed after {after}, where new token {bad + 1} is chosen: `lm_head` ran "
+                       f"{_plural(len(calls), 'time')} for {_plural(new, 'new token')}, and every new token needs "
+                       "the logits of the position before it")
+        elif isinstance(last, torch.Tensor) and tuple(last.shape) == tuple(full[:, length - 1].shape):
+            gap = float((last.float() - full[:, length - 1]).abs().max())
+            message = (f"the logits that choose new token {bad + 1} (after {after}) differ from a full forward "
+                       f"pass of the same prefix by up to {gap:.3g}")
+        else:
+            message = (f"the logits that choose new token {bad + 1} have shape {describe(last)}, expected the last "
+                       f"position's ({inputs.args[0].shape[0]}, {fields['vocab_size']})")
     return {"ok": ok, "detail": verdicts, "message": message}
 
 
 # ---------------------------------------------------------------- probes: leaving the model alone
 
 
-def leaves_model_probe(name: str):
-    """Start in training mode with no gradients; afterwards the flags, the parameters and the
-    gradients must be as they were (the weights and gradients as the grader holds them)."""
+def leaves_model_probe(name: str, mode: str = "train"):
+    """Start in `mode` ("train" or "eval") with no gradients; afterwards the flags, the parameters and
+    the gradients must be as they were (the weights and gradients as the grader holds them). Both
+    modes are checked: `model.eval()` ... `model.train()` restores the first and breaks the second."""
 
     def probe(api, inputs: Inputs):
-        model = given_model(api, inputs, mode="train")
+        model = given_model(api, inputs, mode=mode)
         run_generator(api, name, inputs, model)
         flags = {path: bool(api.attr(model, f"{path}.training" if path else "training"))
                  for path in ("", "blocks.0", "blocks.0.attn", "ln_f")}
@@ -322,6 +356,11 @@ def leaves_model_probe(name: str):
 
 def leaves_model_oracle(inputs: Inputs):
     return {"training": {"": True, "blocks.0": True, "blocks.0.attn": True, "ln_f": True},
+            "parameters_kept": True, "no_gradients": True}
+
+
+def keeps_eval_oracle(inputs: Inputs):
+    return {"training": {"": False, "blocks.0": False, "blocks.0.attn": False, "ln_f": False},
             "parameters_kept": True, "no_gradients": True}
 
 
@@ -490,9 +529,8 @@ def diagnose_ids(result, expected, inputs: Inputs, prompt=None) -> str | None:
         row = int(differ[0][0])
         return f"row {row} gave id {int(result[row])}, expected {int(expected[row])}"
     row, position = (int(v) for v in differ[0])
-    step = position - prompt.shape[1]
-    return (f"new token {step} of sequence {row} (position {position}) is {int(result[row, position])}, the "
-            f"reference's is {int(expected[row, position])}")
+    return (f"new token {position - prompt.shape[1] + 1} of row {row} (position {position}) is "
+            f"{int(result[row, position])}, the reference's is {int(expected[row, position])}")
 
 
 def diagnose_left_alone(result, expected) -> str | None:
@@ -500,6 +538,10 @@ def diagnose_left_alone(result, expected) -> str | None:
         return f"could not read the model afterwards ({describe(result)})"
     changed = [path or "the model" for path, flag in expected["training"].items()
                if result.get("training", {}).get(path) != flag]
+    if changed and not expected["training"][""]:
+        return (f"the model was in eval mode and is in training mode afterwards ({changed[0]}): put back the flags "
+                "you found (remember each module's `training` before calling model.eval()), rather than calling "
+                "model.train()")
     if changed:
         return (f"the model was in training mode and is not any more ({changed[0]}): if you call model.eval(), "
                 "put every module's training flag back afterwards (in a finally block)")
@@ -514,19 +556,21 @@ def diagnose_left_alone(result, expected) -> str | None:
 
 
 def sample_with(after_softmax=False, k_plus_one=False, exactly_k=False, over_batch=False, ignore_generator=False,
-                no_greedy=False, keepdim=False):
+                no_greedy=False, keepdim=False, multiplied=False, drops_kth=False, ignore_top_k=False,
+                on_logits=False):
     def variant(reference, logits, temperature=1.0, top_k=None, generator=None):
         if temperature == 0 and not no_greedy:
             return logits.argmax(dim=-1, keepdim=keepdim)
-        scaled = logits if after_softmax else logits / temperature
-        if top_k is not None:
+        scaled = logits if after_softmax else logits * temperature if multiplied else logits / temperature
+        if top_k is not None and not ignore_top_k:
             k = min(top_k + (1 if k_plus_one else 0), logits.shape[-1])
+            kth = scaled.topk(k, dim=-1).values[:, -1:]
             if exactly_k:
                 keep = torch.zeros_like(scaled, dtype=torch.bool).scatter(-1, scaled.topk(k, dim=-1).indices, True)
                 scaled = scaled.masked_fill(~keep, -math.inf)
             else:
-                scaled = scaled.masked_fill(scaled < scaled.topk(k, dim=-1).values[:, -1:], -math.inf)
-        probs = torch.softmax(scaled, dim=0 if over_batch else -1)
+                scaled = scaled.masked_fill(scaled <= kth if drops_kth else scaled < kth, -math.inf)
+        probs = scaled if on_logits else torch.softmax(scaled, dim=0 if over_batch else -1)
         if after_softmax:
             probs = probs / temperature
         ids = torch.multinomial(probs, 1, generator=None if ignore_generator else generator)
@@ -535,34 +579,57 @@ def sample_with(after_softmax=False, k_plus_one=False, exactly_k=False, over_bat
     return variant
 
 
-def generate_with(first_position=False, no_crop=False, new_only=False, leaves_eval=False):
+def modes_kept_as(model, modes: str):
+    """How a wrong generator treats the training flags: "restored" (right), "leaves_eval", "forces_train"
+    (model.eval(), then model.train()), "top_flag_only" (model.training = was). Returns the undo."""
+    flags = [(module, module.training) for module in model.modules()]
+    was = model.training
+    model.eval()
+
+    def undo():
+        if modes == "restored":
+            for module, training in flags:
+                module.training = training
+        elif modes == "forces_train":
+            model.train()
+        elif modes == "top_flag_only":
+            model.training = was
+
+    return undo
+
+
+def generate_with(first_position=False, no_crop=False, new_only=False, modes="restored", last_token_only=False,
+                  keeps_front=False):
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         prompt_length = idx.shape[1]
-        model.eval()
+        limit = model.config.context_length
+        undo = modes_kept_as(model, modes)
         with torch.no_grad():
             for _ in range(max_new_tokens):
-                context = idx if no_crop else idx[:, -model.config.context_length:]
+                context = (idx if no_crop else idx[:, -1:] if last_token_only else idx[:, :limit] if keeps_front
+                           else idx[:, -limit:])
                 logits = model(context)[:, 0 if first_position else -1, :]
                 next_id = reference.sample_next(logits.detach(), temperature, top_k, generator)
                 idx = torch.cat([idx, next_id[:, None]], dim=1)
-        if not leaves_eval:
-            model.train()  # the probes start in training mode
+        undo()
         return idx[:, prompt_length:] if new_only else idx
 
     return variant
 
 
 def cached_with(restart_positions=False, not_appended=False, recompute=False, causal_one_query=False,
-                prefill_unmasked=False, no_limit_check=False, own_sampler=False, scale="d_head"):
+                prefill_unmasked=False, no_limit_check=False, own_sampler=False, scale="d_head", not_read=False,
+                one_ahead=False, limit_early=False, shared=False, modes="untouched"):
     """A KV-cache generator with one thing wrong: attention written out, so every knob is visible."""
 
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         B, T = idx.shape
         limit = model.config.context_length
-        if T + max_new_tokens > limit and not no_limit_check:
+        if (T + max_new_tokens >= limit if limit_early else T + max_new_tokens > limit) and not no_limit_check:
             raise ValueError(f"exceeds context_length = {limit}")
         if max_new_tokens == 0:
             return idx.clone()
+        undo = (lambda: None) if modes == "untouched" else modes_kept_as(model, modes)
         C, nh = model.config.d_model, model.blocks[0].attn.n_heads
         hs = C // nh
         cache = [[None, None] for _ in model.blocks]
@@ -572,16 +639,19 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
             positions = torch.arange(t) if restart_positions else torch.arange(start, start + t)
             x = model.token_emb(tokens) + model.pos_emb(positions)
             for layer, block in enumerate(model.blocks):
+                slot = 0 if shared else layer  # shared: one cache that every layer appends to and reads
                 h = block.ln1(x)
                 q, k, v = (p(h).view(B, t, nh, hs).transpose(1, 2) for p in
                            (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj))
-                old_k, old_v = cache[layer]
+                old_k, old_v = cache[slot]
                 if old_k is not None and not recompute:
                     k_all, v_all = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
                 else:
                     k_all, v_all = k, v
                 if not not_appended or old_k is None:
-                    cache[layer] = [k_all, v_all]
+                    cache[slot] = [k_all, v_all]
+                if not_read:  # stored, but the new queries attend over this step's own keys only
+                    k_all, v_all = k, v
                 scores = q @ k_all.transpose(-2, -1) / math.sqrt(C if scale == "d_model" else hs)
                 n_keys = k_all.shape[2]
                 if causal_one_query or (t > 1 and not prefill_unmasked):
@@ -608,7 +678,9 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
             for step in range(max_new_tokens):
                 out = torch.cat([out, sample(logits)[:, None]], dim=1)
                 if step + 1 < max_new_tokens:
-                    logits = forward(out if recompute else out[:, -1:], 0 if recompute else T + step)
+                    logits = forward(out if recompute else out[:, -1:],
+                                     0 if recompute else out.shape[1] if one_ahead else T + step)
+        undo()
         return out
 
     return variant
@@ -622,6 +694,12 @@ MISCONCEPTIONS = (
         {"sample_next": sample_with(after_softmax=True)},
     ),
     Misconception(
+        "temperature_multiplied", "the logits multiplied by the temperature instead of divided by it",
+        "Divide: logits / temperature. A temperature below 1 must sharpen the distribution and one above 1 flatten "
+        "it; multiplying does the opposite.",
+        {"sample_next": sample_with(multiplied=True)},
+    ),
+    Misconception(
         "top_k_keeps_k_plus_one", "top-k that keeps k + 1 tokens",
         "Keep the logits at least as large as the k-th largest, `topk(logits, k).values[:, -1:]`, not the (k+1)-th.",
         {"sample_next": sample_with(k_plus_one=True)},
@@ -631,6 +709,22 @@ MISCONCEPTIONS = (
         "Compare with the k-th largest value (`logits < kth` goes to -inf), so that ties with it stay in; "
         "scattering topk's k indices keeps an arbitrary one of the tied tokens.",
         {"sample_next": sample_with(exactly_k=True)},
+    ),
+    Misconception(
+        "top_k_drops_kth", "top-k that sends the k-th largest logit to -inf too (keeping k - 1 tokens)",
+        "Only the logits strictly below the k-th largest go: `logits < kth`, not `logits <= kth`. (With top_k=1 "
+        "nothing is left, and the softmax of a row of -inf is NaN.)",
+        {"sample_next": sample_with(drops_kth=True)},
+    ),
+    Misconception(
+        "top_k_ignored", "a sampler that ignores top_k",
+        "When top_k is given, send every logit below the k-th largest of its row to -inf before the softmax.",
+        {"sample_next": sample_with(ignore_top_k=True)},
+    ),
+    Misconception(
+        "multinomial_on_logits", "torch.multinomial given the logits instead of probabilities",
+        "torch.multinomial needs non-negative weights: take softmax(logits / temperature, dim=-1) first.",
+        {"sample_next": sample_with(on_logits=True)},
     ),
     Misconception(
         "softmax_over_batch", "the softmax taken over the batch (dim=0) instead of the vocabulary",
@@ -671,7 +765,31 @@ MISCONCEPTIONS = (
     Misconception(
         "generate_leaves_eval", "a generator that switches the model to eval mode and leaves it there",
         "Remember every module's training flag and restore it afterwards, in a finally block.",
-        {"generate": generate_with(leaves_eval=True)},
+        {"generate": generate_with(modes="leaves_eval"), "generate_cached": cached_with(modes="leaves_eval")},
+    ),
+    Misconception(
+        "model_forced_to_train", "a generator that calls model.train() at the end instead of restoring the modes",
+        "Remember each module's `training` flag before model.eval() and put those flags back: a model handed over in "
+        "eval mode must stay in eval mode.",
+        {"generate": generate_with(modes="forces_train"), "generate_cached": cached_with(modes="forces_train")},
+    ),
+    Misconception(
+        "generate_restores_top_flag_only", "a generator that restores the model's own training flag only",
+        "model.eval() sets the flag of every submodule; `model.training = was` puts back the top one only. Save "
+        "`[(m, m.training) for m in model.modules()]` and restore each, or call model.train(was).",
+        {"generate": generate_with(modes="top_flag_only")},
+    ),
+    Misconception(
+        "generate_last_token_only", "a generator that feeds the model only the last token at every step",
+        "Without a cache the model must see the whole sequence so far (up to context_length tokens): "
+        "model(idx[:, -context_length:]), then take the last position's logits.",
+        {"generate": generate_with(last_token_only=True)},
+    ),
+    Misconception(
+        "generate_crops_front", "a generator that keeps the first context_length tokens instead of the last",
+        "Once the sequence outgrows the context, the next token depends on the most recent tokens: "
+        "idx[:, -context_length:], not idx[:, :context_length].",
+        {"generate": generate_with(keeps_front=True)},
     ),
     Misconception(
         "cache_positions_restart", "cached steps that look up positions from 0 again",
@@ -682,6 +800,29 @@ MISCONCEPTIONS = (
         "cache_never_appended", "a cache that keeps the prompt's keys and values but never appends the new ones",
         "Append every step's keys and values to its layer's cache before attending.",
         {"generate_cached": cached_with(not_appended=True)},
+    ),
+    Misconception(
+        "cache_not_read", "a cache that is filled but not read: each step attends over its own keys only",
+        "Attend with the cached keys and values (the earlier ones and this step's, concatenated), not with the "
+        "new token's k and v alone.",
+        {"generate_cached": cached_with(not_read=True)},
+    ),
+    Misconception(
+        "cache_shared_across_layers", "one cache shared by every layer instead of one per layer",
+        "Each layer has its own keys and values: keep a cache per block (cache[layer]) and let each block read "
+        "only its own.",
+        {"generate_cached": cached_with(shared=True)},
+    ),
+    Misconception(
+        "cache_positions_one_ahead", "cached steps that look the new token up one position too far",
+        "The token fed at step s was just appended at position T + s, which is the sequence's length minus one, "
+        "not its length.",
+        {"generate_cached": cached_with(one_ahead=True)},
+    ),
+    Misconception(
+        "cache_limit_one_early", "a context check that refuses a sequence of exactly context_length tokens",
+        "Raise only when T + max_new_tokens > context_length: a sequence that fills the context exactly fits.",
+        {"generate_cached": cached_with(limit_early=True)},
     ),
     Misconception(
         "cache_recomputes_prefix", "cached steps that recompute the keys and values of the whole prefix",
@@ -768,6 +909,9 @@ GENERATE_CHECKS = (
     Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
           generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate"),
           oracle=leaves_model_oracle),
+    Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
+          generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate", "eval"),
+          oracle=keeps_eval_oracle),
 )
 
 
@@ -799,6 +943,9 @@ CACHED_CHECKS = (
     Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
           generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate_cached"),
           oracle=leaves_model_oracle),
+    Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
+          generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate_cached", "eval"),
+          oracle=keeps_eval_oracle),
 )
 
 PARTS = (

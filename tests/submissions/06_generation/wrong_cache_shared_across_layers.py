@@ -35,7 +35,7 @@ def _forward(model, tokens, start, kv):
     B, t = tokens.shape
     pos = torch.arange(start, start + t)
     x = model.token_emb(tokens) + model.pos_emb(pos)
-    for i, block in enumerate(model.blocks):
+    for block in model.blocks:
         nh = block.attn.n_heads
         C = x.size(-1)
         h = block.ln1(x)

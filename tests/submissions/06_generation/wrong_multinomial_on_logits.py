@@ -1,5 +1,5 @@
-"""torch.multinomial is handed the scaled logits, not the softmax of them (the softmax is
-computed and then left unused)."""
+"""torch.multinomial is handed the scaled logits themselves, with no softmax: negative logits
+are not valid weights."""
 
 import torch
 import torch.nn.functional as F
@@ -12,7 +12,6 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     if top_k is not None:
         values, _ = torch.topk(logits, min(top_k, logits.size(-1)))
         logits = logits.masked_fill(logits < values[:, [-1]], float("-inf"))
-    probs = F.softmax(logits, dim=-1)
     return torch.multinomial(logits, num_samples=1, generator=generator).view(-1)
 
 

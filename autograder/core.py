@@ -614,8 +614,9 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     stubs = {name: getattr(ref, name) for name in part.uses if hasattr(ref, name)}
     stubs.update(dict(part.library_stubs))
     # Say so when a failure is reported: the helpers' behaviour in it is the reference's, not the student's.
-    helpers = sorted(stubs)
-    swapped_note = (f" (While `{part.name}` was checked, the {' and '.join(f'`{n}`' for n in helpers)} it calls "
+    helpers = [f"`{n}`" for n in sorted(stubs)]
+    listed = ", ".join(helpers[:-1]) + " and " + helpers[-1] if len(helpers) > 1 else "".join(helpers)
+    swapped_note = (f" (While `{part.name}` was checked, the {listed} it calls "
                     f"{'was' if len(helpers) == 1 else 'were'} the reference's, not yours: this is about "
                     f"`{part.name}` itself.)") if helpers else ""
 

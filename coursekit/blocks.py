@@ -69,3 +69,20 @@ class TransformerBlock(nn.Module):
         x = x + self.attn(self.ln1(x))  # tokens exchange information (causally)
         x = x + self.ffn(self.ln2(x))  # each token computes on its own
         return x
+
+
+# The unit-04 contract's two norm functions, on PyTorch's own kernels. Unit 04's grader puts
+# them (with the classes above) in place of a student's own while it grades `TransformerBlock`,
+# so a bug in a sub-part costs that part's points only. They call `F.layer_norm` and
+# `F.rms_norm` through the module at call time: a student who imports one into their own
+# `layer_norm` still meets the from-scratch rule, which makes those functions raise.
+
+
+def layer_norm(x, weight, bias, eps: float = 1e-5):
+    """LayerNorm over the last dimension: `layer_norm(x, weight, bias, eps=1e-5)`."""
+    return F.layer_norm(x, x.shape[-1:], weight, bias, eps)
+
+
+def rms_norm(x, weight, eps: float = 1e-6):
+    """RMSNorm over the last dimension: `rms_norm(x, weight, eps=1e-6)`."""
+    return F.rms_norm(x, x.shape[-1:], weight, eps)

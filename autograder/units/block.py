@@ -326,10 +326,22 @@ def block_oracle(inputs: Inputs):
 # Written here from the contract's attribute names, with one knob per mistake; the defaults
 # are right. The wrong variants below are the reference's classes with one knob turned.
 
+MASKS = {  # what each mask lets query t read, as a (T, T) boolean: True = may attend
+    "lower": lambda t: causal_allowed(t),
+    "upper": lambda t: causal_allowed(t).T,
+    "one_ahead": lambda t: torch.tril(torch.ones(t, t, dtype=torch.bool), diagonal=1),
+    # masked_fill(tril, -inf): the mask read as "where to hide", so only the strict future is left
+    "inverted": lambda t: ~causal_allowed(t),
+    # masked_fill(torch.triu(ones), -inf): diagonal=1 forgotten, so each query loses itself too
+    "strict_past": lambda t: torch.tril(torch.ones(t, t, dtype=torch.bool), diagonal=-1),
+}
 
-def attention_forward(m, x, causal=True, scale="d_head", split="heads_first", project_out=True, mask="lower"):
+
+def attention_forward(m, x, causal=True, scale="d_head", split="heads_first", merge="transpose", project_out=True,
+                      mask="lower", fill=float("-inf"), softmax_dim=-1, scale_after_softmax=False, swap_qk=False,
+                      mask_after_softmax=False, one_head=False):
     B, T, d_model = x.shape
-    H = m.n_heads
+    H = 1 if one_head else m.n_heads
     d_head = d_model // H
 
     def heads(t):  # (B, T, d_model) -> (B, H, T, d_head)
@@ -338,32 +350,54 @@ def attention_forward(m, x, causal=True, scale="d_head", split="heads_first", pr
         return t.reshape(B, T, H, d_head).transpose(1, 2)
 
     q, k, v = heads(m.q_proj(x)), heads(m.k_proj(x)), heads(m.v_proj(x))
+    if swap_qk:
+        q, k = k, q
     scores = q @ k.transpose(-1, -2)
-    scores = scores / {"d_head": math.sqrt(d_head), "d_model": math.sqrt(d_model), "none": 1.0}[scale]
-    if causal:
-        allowed = causal_allowed(T) if mask == "lower" else causal_allowed(T).T
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    out = torch.softmax(scores, dim=-1) @ v  # (B, H, T, d_head)
-    out = out.transpose(1, 2).reshape(B, T, d_model)
+    divisor = {"d_head": math.sqrt(d_head), "d_model": math.sqrt(d_model), "none": 1.0,
+               "times_d_head": 1.0 / math.sqrt(d_head)}[scale]
+    if not scale_after_softmax:
+        scores = scores / divisor
+    hidden = ~MASKS[mask](T)
+    if causal and not mask_after_softmax:
+        scores = scores.masked_fill(hidden, fill)
+    weights = torch.softmax(scores, dim=softmax_dim)
+    if causal and mask_after_softmax:
+        weights = weights.masked_fill(hidden, 0.0)
+    if scale_after_softmax:
+        weights = weights / divisor
+    out = weights @ v  # (B, H, T, d_head)
+    out = out.transpose(1, 2).reshape(B, T, d_model) if merge == "transpose" else out.reshape(B, T, d_model)
     return m.out_proj(out) if project_out else out
 
 
-def exact_gelu(x):
-    return 0.5 * x * (1.0 + torch.erf(x / math.sqrt(2.0)))
-
-
-def block_forward(m, x, pre_norm=True, attn_residual=True, ffn_residual=True, second_norm="ln2"):
-    ln2 = getattr(m, second_norm)
-    if not pre_norm:
+def block_forward(m, x, post_norm=False, attn_residual=True, ffn_residual=True, first_norm="ln1", second_norm="ln2",
+                  normalised_stream=False, attn_norm=True, ffn_norm=True, ffn_reads_block_input=False,
+                  ffn_first=False):
+    if post_norm:
         x = m.ln1(x + m.attn(x))
-        return ln2(x + m.ffn(x))
-    x = x + m.attn(m.ln1(x)) if attn_residual else m.attn(m.ln1(x))
-    return x + m.ffn(ln2(x)) if ffn_residual else m.ffn(ln2(x))
+        return m.ln2(x + m.ffn(x))
+    block_input = x
+    sublayers = [(getattr(m, first_norm), m.attn, attn_norm, attn_residual),
+                 (getattr(m, second_norm), m.ffn, ffn_norm, ffn_residual)]
+    for norm, layer, normed, residual in reversed(sublayers) if ffn_first else sublayers:
+        source = block_input if ffn_reads_block_input and layer is m.ffn else x
+        h = norm(source) if normed else source
+        if not residual:
+            x = layer(h)
+        else:  # the residual added to the normalised copy replaces the stream by it
+            x = (h if normalised_stream else x) + layer(h)
+    return x
 
 
-def attention_variant(**knobs):
+def attention_variant(bias=("q_proj", "k_proj", "v_proj", "out_proj"), **knobs):
     def make(reference):
         class Wrong(reference.MultiHeadAttention):
+            def __init__(self, d_model, n_heads):
+                super().__init__(d_model, n_heads)
+                for name in ("q_proj", "k_proj", "v_proj", "out_proj"):
+                    if name not in bias:
+                        setattr(self, name, nn.Linear(d_model, d_model, bias=False))
+
             def forward(self, x):
                 return attention_forward(self, x, **knobs)
 
@@ -372,26 +406,35 @@ def attention_variant(**knobs):
     return make
 
 
-def ffn_variant(activation=None, default_d_ff=None):
+def ffn_variant(activation=None, default_d_ff=None, ignores_d_ff=False, bias=True, after_fc2=False):
     def make(reference):
         class Wrong(reference.FeedForward):
             def __init__(self, d_model, d_ff=None):
                 if d_ff is None and default_d_ff is not None:
                     d_ff = default_d_ff(d_model)
+                if ignores_d_ff:
+                    d_ff = 4 * d_model
                 super().__init__(d_model, d_ff)
+                if not bias:
+                    self.fc1 = nn.Linear(self.fc1.in_features, self.fc1.out_features, bias=False)
+                    self.fc2 = nn.Linear(self.fc2.in_features, self.fc2.out_features, bias=False)
 
-            if activation is not None:
-                def forward(self, x):
-                    return self.fc2(activation(self.fc1(x)))
+            def forward(self, x):
+                act = F.gelu if activation is None else activation
+                out = self.fc2(act(self.fc1(x)))
+                return act(out) if after_fc2 else out
 
         return Wrong
 
     return make
 
 
-def block_variant(**knobs):
+def block_variant(passes_d_ff=True, **knobs):
     def make(reference):
         class Wrong(reference.TransformerBlock):
+            def __init__(self, d_model, n_heads, d_ff=None):
+                super().__init__(d_model, n_heads, d_ff if passes_d_ff else None)
+
             def forward(self, x):
                 return block_forward(self, x, **knobs)
 
@@ -400,27 +443,47 @@ def block_variant(**knobs):
     return make
 
 
-def layer_norm_with(eps_outside=False, unbiased=False, affine=True, dims=(-1,)):
-    def variant(reference, x, weight, bias, eps=1e-5):
-        mean = x.mean(dim=dims, keepdim=True)
-        var = x.var(dim=dims, keepdim=True, unbiased=unbiased)
-        normed = (x - mean) / (var.sqrt() + eps) if eps_outside else (x - mean) / torch.sqrt(var + eps)
-        return normed * weight + bias if affine else normed
+def layer_norm_with(eps_outside=False, unbiased=False, affine=True, dims=(-1,), default_eps=1e-5,
+                    bias_first=False, centred=True, swapped_affine=False):
+    def variant(reference, x, weight, bias, eps=default_eps):
+        if dims is None:  # statistics of the whole tensor
+            mean, var = x.mean(), x.var(unbiased=unbiased)
+        else:
+            mean = x.mean(dim=dims, keepdim=True)
+            var = x.var(dim=dims, keepdim=True, unbiased=unbiased)
+        top = x - mean if centred else x
+        normed = top / (var.sqrt() + eps) if eps_outside else top / torch.sqrt(var + eps)
+        if swapped_affine:
+            weight, bias = bias, weight
+        if not affine:
+            return normed
+        return (normed + bias) * weight if bias_first else normed * weight + bias
 
     return variant
 
 
-def rms_norm_with(centred=False, eps_outside=False, root=True):
-    def variant(reference, x, weight, eps=1e-6):
+def rms_norm_with(centred=False, eps_outside=False, root=True, scaled=True, default_eps=1e-6, reduce="mean"):
+    def variant(reference, x, weight, eps=default_eps):
         if centred:
             x = x - x.mean(dim=-1, keepdim=True)
-        mean_square = (x * x).mean(dim=-1, keepdim=True)
+        mean_square = getattr(x * x, reduce)(dim=-1, keepdim=True)
         if not root:
-            return x / (mean_square + eps) * weight
-        denominator = mean_square.sqrt() + eps if eps_outside else torch.sqrt(mean_square + eps)
-        return x / denominator * weight
+            denominator = mean_square + eps
+        else:
+            denominator = mean_square.sqrt() + eps if eps_outside else torch.sqrt(mean_square + eps)
+        return x / denominator * weight if scaled else x / denominator
 
     return variant
+
+
+def tanh_gelu(x):
+    """GELU's tanh approximation (F.gelu(x, approximate="tanh"))."""
+    return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def gelu_with(phi):
+    """x * phi(x): GELU with a wrong stand-in for the normal CDF."""
+    return lambda reference, x: x * phi(x)
 
 
 MISCONCEPTIONS = (
@@ -437,15 +500,47 @@ MISCONCEPTIONS = (
         {"layer_norm": layer_norm_with(unbiased=True)},
     ),
     Misconception(
+        "ln_divides_by_torch_std", "a layer norm that divides by x.std(-1) + eps",
+        "torch.std divides by d - 1 unless told otherwise, and eps then sits outside the root: compute the "
+        "biased variance yourself and divide by torch.sqrt(var + eps).",
+        {"layer_norm": layer_norm_with(unbiased=True, eps_outside=True)},
+    ),
+    Misconception(
         "ln_ignores_affine", "a layer norm that never applies `weight` and `bias`",
         "After normalising, scale by `weight` and shift by `bias`: they are what training learns.",
         {"layer_norm": layer_norm_with(affine=False)},
+    ),
+    Misconception(
+        "ln_weight_and_bias_swapped", "a layer norm that multiplies by `bias` and adds `weight`",
+        "weight (gamma) scales and bias (beta) shifts: x_hat * weight + bias.",
+        {"layer_norm": layer_norm_with(swapped_affine=True)},
+    ),
+    Misconception(
+        "ln_not_centred", "a layer norm that divides by the standard deviation without subtracting the mean",
+        "Centre first: (x - mean) / sqrt(var + eps). Without the subtraction it is neither LayerNorm nor RMSNorm.",
+        {"layer_norm": layer_norm_with(centred=False)},
+    ),
+    Misconception(
+        "ln_bias_before_weight", "a layer norm that adds `bias` before multiplying by `weight`",
+        "Scale first, then shift: x_hat * weight + bias. (x_hat + bias) * weight scales the shift too.",
+        {"layer_norm": layer_norm_with(bias_first=True)},
     ),
     Misconception(
         "ln_wrong_axis", "a layer norm whose statistics are taken over the wrong axes",
         "Each position is normalised on its own: mean and variance over the last dimension only "
         "(dim=-1, keepdim=True).",
         {"layer_norm": layer_norm_with(dims=(0,))},
+    ),
+    Misconception(
+        "ln_whole_tensor_statistics", "a layer norm with one mean and one variance for the whole tensor",
+        "x.mean() with no dim averages over every number in the tensor: each vector needs its own mean "
+        "and variance, x.mean(dim=-1, keepdim=True).",
+        {"layer_norm": layer_norm_with(dims=None)},
+    ),
+    Misconception(
+        "ln_wrong_default_eps", "a layer norm whose default eps is 1e-6 instead of 1e-5",
+        "The contract's signature is layer_norm(x, weight, bias, eps=1e-5) (1e-6 is rms_norm's default).",
+        {"layer_norm": layer_norm_with(default_eps=1e-6)},
     ),
     Misconception(
         "rms_subtracts_mean", "an RMS norm that subtracts the mean first",
@@ -463,10 +558,26 @@ MISCONCEPTIONS = (
         {"rms_norm": rms_norm_with(root=False)},
     ),
     Misconception(
+        "rms_ignores_weight", "an RMS norm that never multiplies by `weight`",
+        "After dividing by the root mean square, multiply by `weight`: it is what training learns.",
+        {"rms_norm": rms_norm_with(scaled=False)},
+    ),
+    Misconception(
+        "rms_sum_not_mean", "an RMS norm that divides by the square root of the sum of squares (the vector's length)",
+        "The root *mean* square divides the sum of x**2 by d: (x * x).mean(dim=-1, keepdim=True).",
+        {"rms_norm": rms_norm_with(reduce="sum")},
+    ),
+    Misconception(
+        "rms_wrong_default_eps", "an RMS norm whose default eps is 1e-5 instead of 1e-6",
+        "The contract's signature is rms_norm(x, weight, eps=1e-6) (1e-5 is layer_norm's default).",
+        {"rms_norm": rms_norm_with(default_eps=1e-5)},
+    ),
+    Misconception(
         "gelu_tanh_approximation", "the tanh approximation of GELU",
         "The contract asks for the exact GELU, 0.5 x (1 + erf(x / sqrt 2)); the tanh formula is an "
         "approximation that is off by up to about 1e-3.",
-        {"gelu": lambda reference, x: 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))},
+        {"gelu": lambda reference, x: tanh_gelu(x),
+         "FeedForward": ffn_variant(activation=tanh_gelu)},
     ),
     Misconception(
         "gelu_sigmoid_approximation", "the sigmoid approximation of GELU, x * sigmoid(1.702 x)",
@@ -476,7 +587,32 @@ MISCONCEPTIONS = (
     Misconception(
         "gelu_erf_unscaled", "GELU with erf(x) instead of erf(x / sqrt 2)",
         "GELU weighs x by the standard normal CDF, Phi(x) = (1 + erf(x / sqrt 2)) / 2: the sqrt 2 matters.",
-        {"gelu": lambda reference, x: 0.5 * x * (1.0 + torch.erf(x))},
+        {"gelu": gelu_with(lambda x: 0.5 * (1.0 + torch.erf(x)))},
+    ),
+    Misconception(
+        "gelu_erf_over_two", "GELU with erf(x / 2) instead of erf(x / sqrt 2)",
+        "Divide by the square root of 2, not by 2: Phi(x) = (1 + erf(x / math.sqrt(2))) / 2.",
+        {"gelu": gelu_with(lambda x: 0.5 * (1.0 + torch.erf(x / 2.0)))},
+    ),
+    Misconception(
+        "gelu_erf_times_sqrt2", "GELU with erf(x * sqrt 2) instead of erf(x / sqrt 2)",
+        "The argument of erf is x divided by sqrt 2, not multiplied by it.",
+        {"gelu": gelu_with(lambda x: 0.5 * (1.0 + torch.erf(x * math.sqrt(2.0))))},
+    ),
+    Misconception(
+        "gelu_missing_half", "GELU without the factor 1/2, x (1 + erf(x / sqrt 2))",
+        "Phi(x) = (1 + erf(x / sqrt 2)) / 2 runs from 0 to 1: keep the 0.5, or GELU doubles every positive input.",
+        {"gelu": gelu_with(lambda x: 1.0 + torch.erf(x / math.sqrt(2.0)))},
+    ),
+    Misconception(
+        "gelu_cdf_only", "GELU that returns Phi(x), the normal CDF, without multiplying by x",
+        "GELU(x) = x * Phi(x): Phi(x) = (1 + erf(x / sqrt 2)) / 2 is only the weight x is multiplied by.",
+        {"gelu": lambda reference, x: 0.5 * (1.0 + torch.erf(x / math.sqrt(2.0)))},
+    ),
+    Misconception(
+        "gelu_is_silu", "x * sigmoid(x) (SiLU, also called swish) instead of GELU",
+        "SiLU is a different activation: GELU is x * Phi(x) with Phi(x) = (1 + erf(x / sqrt 2)) / 2.",
+        {"gelu": gelu_with(torch.sigmoid)},
     ),
     Misconception(
         "relu_instead_of_gelu", "ReLU where GELU belongs",
@@ -488,13 +624,48 @@ MISCONCEPTIONS = (
         "attention_not_causal", "attention without the causal mask",
         "Position t may only read positions up to t: set the scores above the diagonal to -inf before "
         "the softmax (a lower-triangular boolean mask built for the input's T).",
-        {"MultiHeadAttention": attention_variant(causal=False),
-         "TransformerBlock": lambda reference: _block_with_attention(reference, causal=False)},
+        {"MultiHeadAttention": attention_variant(causal=False)},
     ),
     Misconception(
         "attention_mask_upper", "a causal mask that is upper-triangular (reading the future, not the past)",
         "Row t is query t: it may read keys at or before t, on and below the diagonal (torch.tril).",
         {"MultiHeadAttention": attention_variant(mask="upper")},
+    ),
+    Misconception(
+        "attention_mask_one_ahead", "a causal mask that lets each position see the next one (tril with diagonal=1)",
+        "torch.tril(ones, diagonal=1) keeps one diagonal above the main one: use the default diagonal=0, so "
+        "query t reads keys 0..t only.",
+        {"MultiHeadAttention": attention_variant(mask="one_ahead")},
+    ),
+    Misconception(
+        "attention_mask_inverted", "a mask used the wrong way round: the allowed positions are the ones hidden",
+        "masked_fill(mask, -inf) fills where the mask is True: pass ~allowed (True above the diagonal), not "
+        "the lower-triangular mask itself.",
+        {"MultiHeadAttention": attention_variant(mask="inverted")},
+    ),
+    Misconception(
+        "attention_mask_hides_diagonal", "a causal mask that hides each position from itself as well "
+        "(torch.triu(ones) without diagonal=1)",
+        "Query t may read key t: hide only the strict future, torch.triu(ones, diagonal=1), or use "
+        "~torch.tril(ones). Hiding the diagonal leaves position 0 nothing to attend to.",
+        {"MultiHeadAttention": attention_variant(mask="strict_past")},
+    ),
+    Misconception(
+        "attention_mask_with_zero", "masked scores set to 0 instead of -inf",
+        "A score of 0 still gets weight exp(0) in the softmax: the future must get -inf (weight exactly 0).",
+        {"MultiHeadAttention": attention_variant(fill=0.0)},
+    ),
+    Misconception(
+        "attention_mask_after_softmax", "the mask applied after the softmax (zeroing weights that were normalised "
+        "with the future in them)",
+        "Mask the scores with -inf before the softmax: zeroing weights afterwards leaves rows that no longer "
+        "sum to one.",
+        {"MultiHeadAttention": attention_variant(mask_after_softmax=True)},
+    ),
+    Misconception(
+        "attention_softmax_wrong_axis", "the softmax taken over the queries (dim=-2) instead of the keys",
+        "Each query's weights over the keys must sum to one: torch.softmax(scores, dim=-1) on (B, H, T_q, T_k).",
+        {"MultiHeadAttention": attention_variant(softmax_dim=-2)},
     ),
     Misconception(
         "attention_scale_d_model", "scores scaled by sqrt(d_model) instead of sqrt(d_head)",
@@ -507,9 +678,45 @@ MISCONCEPTIONS = (
         {"MultiHeadAttention": attention_variant(scale="none")},
     ),
     Misconception(
+        "attention_scale_multiplied", "scores multiplied by sqrt(d_head) instead of divided by it",
+        "Divide: q @ k^T / sqrt(d_head). Multiplying makes the softmax sharper instead of tempering it.",
+        {"MultiHeadAttention": attention_variant(scale="times_d_head")},
+    ),
+    Misconception(
+        "attention_scaled_after_softmax", "the weights divided by sqrt(d_head) after the softmax",
+        "Scale the scores, q @ k^T / sqrt(d_head), before the softmax: dividing the weights afterwards "
+        "only shrinks the output.",
+        {"MultiHeadAttention": attention_variant(scale_after_softmax=True)},
+    ),
+    Misconception(
+        "attention_q_k_swapped", "queries and keys swapped (q from k_proj, k from q_proj)",
+        "q = q_proj(x) and k = k_proj(x): swapping them transposes every score matrix, so each query "
+        "is scored with the other projection.",
+        {"MultiHeadAttention": attention_variant(swap_qk=True)},
+    ),
+    Misconception(
+        "attention_one_head", "attention over the whole d_model as one head, n_heads ignored",
+        "Split q, k and v into n_heads heads of d_head = d_model // n_heads columns each, attend in every "
+        "head separately (scaled by sqrt(d_head)), then merge them.",
+        {"MultiHeadAttention": attention_variant(one_head=True)},
+    ),
+    Misconception(
         "heads_split_without_transpose", "heads split with a reshape to (B, H, T, d_head) and no transpose",
         "Reshape to (B, T, H, d_head) first, then swap T and H: a direct reshape mixes positions and heads.",
         {"MultiHeadAttention": attention_variant(split="no_transpose")},
+    ),
+    Misconception(
+        "heads_merged_without_transpose", "heads merged with a reshape to (B, T, d_model) straight from "
+        "(B, H, T, d_head)",
+        "Swap H and T back first: y.transpose(1, 2).reshape(B, T, d_model). Without the transpose, "
+        "positions and heads are mixed up.",
+        {"MultiHeadAttention": attention_variant(merge="no_transpose")},
+    ),
+    Misconception(
+        "heads_reshaped_without_transpose", "heads split and merged with plain reshapes, never transposing",
+        "Split with .view(B, T, H, d_head).transpose(1, 2) and merge with .transpose(1, 2).reshape(B, T, "
+        "d_model): a reshape alone does not move positions and heads apart.",
+        {"MultiHeadAttention": attention_variant(split="no_transpose", merge="no_transpose")},
     ),
     Misconception(
         "attention_no_out_proj", "multi-head attention that never applies `out_proj`",
@@ -517,15 +724,77 @@ MISCONCEPTIONS = (
         {"MultiHeadAttention": attention_variant(project_out=False)},
     ),
     Misconception(
+        "attention_projections_without_bias", "projections built with bias=False",
+        "The contract's q_proj, k_proj, v_proj and out_proj are nn.Linear(d_model, d_model) with their "
+        "bias (the default), as in GPT-2.",
+        {"MultiHeadAttention": attention_variant(bias=())},
+    ),
+    Misconception(
+        "attention_out_proj_without_bias", "an out_proj built with bias=False",
+        "out_proj is nn.Linear(d_model, d_model) with its bias, like the other three projections.",
+        {"MultiHeadAttention": attention_variant(bias=("q_proj", "k_proj", "v_proj"))},
+    ),
+    Misconception(
         "ffn_default_width", "a feed-forward layer whose default width is d_model instead of 4 * d_model",
         "When d_ff is None the hidden layer is 4 * d_model wide.",
         {"FeedForward": ffn_variant(default_d_ff=lambda d_model: d_model)},
     ),
     Misconception(
+        "ffn_ignores_d_ff", "a feed-forward layer that is always 4 * d_model wide, even when d_ff is given",
+        "4 * d_model is only the default: when d_ff is given, the hidden layer is d_ff wide.",
+        {"FeedForward": ffn_variant(ignores_d_ff=True)},
+    ),
+    Misconception(
+        "ffn_without_bias", "a feed-forward layer built with bias=False",
+        "fc1 and fc2 are nn.Linear layers with their bias (the default).",
+        {"FeedForward": ffn_variant(bias=False)},
+    ),
+    Misconception(
+        "ffn_gelu_after_fc2", "a feed-forward layer that applies GELU after fc2 as well",
+        "GELU sits between the two layers only: fc2(gelu(fc1(x))). The output goes back into the residual "
+        "stream as it is.",
+        {"FeedForward": ffn_variant(after_fc2=True)},
+    ),
+    Misconception(
+        "ffn_no_activation", "a feed-forward layer with no GELU between fc1 and fc2",
+        "Without the nonlinearity, fc2(fc1(x)) is one linear map: put gelu between them.",
+        {"FeedForward": ffn_variant(activation=lambda h: h)},
+    ),
+    Misconception(
         "block_post_norm", "a post-norm block (normalising after each residual addition)",
         "The contract's block is pre-norm: x = x + attn(ln1(x)), then x = x + ffn(ln2(x)); the stream itself "
         "is never normalised.",
-        {"TransformerBlock": block_variant(pre_norm=False)},
+        {"TransformerBlock": block_variant(post_norm=True)},
+    ),
+    Misconception(
+        "block_normalises_stream", "a block that replaces the residual stream by its normalised copy "
+        "(x = ln1(x), then x = x + attn(x); or h = ln1(x), then x = h + attn(h))",
+        "Normalise only what the sublayer reads and add its answer to the stream as it was: "
+        "x = x + attn(ln1(x)), then x = x + ffn(ln2(x)).",
+        {"TransformerBlock": block_variant(normalised_stream=True)},
+    ),
+    Misconception(
+        "block_attention_without_norm", "a block whose attention reads the stream without ln1",
+        "Attention reads the normalised copy: x = x + attn(ln1(x)).",
+        {"TransformerBlock": block_variant(attn_norm=False)},
+    ),
+    Misconception(
+        "block_ffn_without_norm", "a block whose feed-forward layer reads the stream without ln2",
+        "The feed-forward layer reads a normalised copy too: x = x + ffn(ln2(x)).",
+        {"TransformerBlock": block_variant(ffn_norm=False)},
+    ),
+    Misconception(
+        "block_ffn_reads_block_input", "a block whose feed-forward layer reads the block's input, not the stream "
+        "after attention",
+        "The sublayers run one after the other: the FFN reads ln2 of the stream attention has just added to, "
+        "x = x + ffn(ln2(x)) with the updated x.",
+        {"TransformerBlock": block_variant(ffn_reads_block_input=True)},
+    ),
+    Misconception(
+        "block_ffn_before_attention", "a block that runs the feed-forward layer before attention",
+        "Attention comes first (tokens exchange information), then the feed-forward layer: x = x + "
+        "attn(ln1(x)), then x = x + ffn(ln2(x)).",
+        {"TransformerBlock": block_variant(ffn_first=True)},
     ),
     Misconception(
         "block_attention_residual_missing", "a block that drops the residual connection around attention",
@@ -542,20 +811,19 @@ MISCONCEPTIONS = (
         "Each sub-layer has its own LayerNorm: ln1 before attention, ln2 before the feed-forward layer.",
         {"TransformerBlock": block_variant(second_norm="ln1")},
     ),
+    Misconception(
+        "block_norms_swapped", "a block that uses ln2 before attention and ln1 before the feed-forward layer",
+        "ln1 belongs to attention and ln2 to the feed-forward layer: x = x + attn(ln1(x)), then "
+        "x = x + ffn(ln2(x)).",
+        {"TransformerBlock": block_variant(first_norm="ln2", second_norm="ln1")},
+    ),
+    Misconception(
+        "block_ignores_d_ff", "a block that does not pass d_ff on to its FeedForward",
+        "Build the feed-forward layer with FeedForward(d_model, d_ff): it falls back to 4 * d_model only "
+        "when d_ff is None.",
+        {"TransformerBlock": block_variant(passes_d_ff=False)},
+    ),
 )
-
-
-def _block_with_attention(reference, **knobs):
-    attention = attention_variant(**knobs)(reference)
-
-    class Wrong(reference.TransformerBlock):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            wrong = attention(self.attn.q_proj.in_features, self.attn.n_heads)
-            wrong.load_state_dict(self.attn.state_dict())
-            self.attn = wrong
-
-    return Wrong
 
 
 # ---------------------------------------------------------------- the graded parts
@@ -564,9 +832,17 @@ NORM_FORBID = ("torch.nn.functional.layer_norm", "torch.nn.LayerNorm", "torch.la
 RMS_FORBID = ("torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "torch.rms_norm")
 GELU_FORBID = ("torch.nn.functional.gelu", "torch.nn.GELU")
 ATTENTION_FORBID = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention")
-# Inside the classes, the student's own gelu is replaced by torch's exact GELU, so a bug in
-# `gelu` costs its own points only (a call back to the reference would cut the autograd graph).
+# Inside the classes, the student's own sub-parts are replaced by correct ones, so a bug in
+# `gelu` or `MultiHeadAttention` costs its own points only, not the block's as well. They are
+# library code imported inside the worker: a call back to the reference would cut the autograd graph.
 GELU_STUB = (("gelu", "torch.nn.functional.gelu"),)
+BLOCK_STUBS = (
+    ("MultiHeadAttention", "coursekit.blocks.CausalSelfAttention"),
+    ("FeedForward", "coursekit.blocks.FeedForward"),
+    ("layer_norm", "coursekit.blocks.layer_norm"),
+    ("rms_norm", "coursekit.blocks.rms_norm"),
+    *GELU_STUB,
+)
 
 
 def _unchanged(make):
@@ -678,7 +954,7 @@ PARTS = (
         "TransformerBlock",
         kind="class",
         diagnose=diagnose,
-        library_stubs=GELU_STUB,
+        library_stubs=BLOCK_STUBS,
         checks=(
             Check("attributes", "TransformerBlock(12, 3): ln1, attn, ln2, ffn and their parameters", 1,
                   module_inputs("TransformerBlock", (12, 3), (1, 4, 12)), probe=structure_probe("TransformerBlock")),

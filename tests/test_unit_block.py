@@ -1,0 +1,126 @@
+"""Unit 04 (the transformer block): the checks specific to this unit's grader.
+
+`TransformerBlock` is graded with correct sub-parts in place of the student's own (the
+`library_stubs` of its part, imported inside the worker), so a bug in attention, the
+feed-forward layer or a norm costs that part's points and not the block's as well. The
+stand-ins must not open a way around the from-scratch rule, and the exercise's table of parts
+must give the points the grader gives.
+"""
+
+from __future__ import annotations
+
+import re
+
+import nbformat
+import pytest
+import torch
+
+from autograder.core import grade_part, variant_namespace
+from autograder.paths import ROOT, release_notebook, solution_notebook
+from autograder.reference import load_reference
+from autograder.student import InProcessStudent, Student
+from autograder.units import UNITS
+from autograder.units import block as block_unit
+from coursekit import blocks
+
+UNIT = UNITS["04_block"]
+SUBMISSIONS = ROOT / "tests" / "submissions" / "04_block"
+
+
+def graded_in_worker(path_or_source, parts) -> list:
+    """Grade `parts` of a submission in a sandboxed worker, as real grading does."""
+    if isinstance(path_or_source, str):
+        student = Student([("answer", path_or_source)])
+        student.start()
+    else:
+        student = Student.open(path_or_source)
+    try:
+        return [r for part in parts for r in grade_part(UNIT, part, student)]
+    finally:
+        student.close()
+
+
+def points(results, part: str) -> tuple[float, float]:
+    mine = [r for r in results if r.name.split("/")[0] == part]
+    return sum(r.points for r in mine), sum(r.max_points for r in mine)
+
+
+@pytest.mark.parametrize(("file", "buggy_part"), [
+    ("wrong_attention_not_causal.py", "MultiHeadAttention"),
+    ("wrong_ffn_gelu_after_fc2.py", "FeedForward"),
+    # its block's LayerNorm modules call the student's own (wrong) layer_norm
+    ("wrong_ln_eps_outside_sqrt.py", "layer_norm"),
+])
+def test_a_bug_in_a_sub_part_costs_that_part_only_not_the_block(file, buggy_part):
+    results = graded_in_worker(SUBMISSIONS / file, [buggy_part, "TransformerBlock"])
+    got, most = points(results, buggy_part)
+    assert got < most, f"{file}: its bug in {buggy_part} should cost points there"
+    got, most = points(results, "TransformerBlock")
+    assert got == most, [r.message for r in results if not r.passed and r.name.startswith("TransformerBlock")]
+
+
+def test_a_block_failure_names_every_stand_in_it_was_given():
+    part = UNIT.part("TransformerBlock")
+    mistake = next(m for m in UNIT.misconceptions if m.name == "block_post_norm")
+    namespace = variant_namespace(part, load_reference(UNIT.name), mistake.variants[part.name])
+    failed = [r for r in grade_part(UNIT, part.name, InProcessStudent(namespace)) if not r.passed]
+    names = [f"`{name}`" for name, _ in sorted(part.library_stubs)]
+    listed = ", ".join(names[:-1]) + " and " + names[-1]
+    assert failed and all(f"the {listed} it calls were the reference's, not yours" in r.message for r in failed)
+    assert {name for name, _ in part.library_stubs} == {"MultiHeadAttention", "FeedForward", "layer_norm",
+                                                         "rms_norm", "gelu"}
+
+
+def test_the_stand_ins_compute_what_the_reference_does():
+    ref = load_reference(UNIT.name)
+    torch.manual_seed(3)
+    x, weight, bias = torch.randn(2, 5, 8, dtype=torch.float64), torch.randn(8, dtype=torch.float64), torch.randn(
+        8, dtype=torch.float64)
+    assert torch.allclose(blocks.layer_norm(x, weight, bias), ref.layer_norm(x, weight, bias), atol=1e-12)
+    assert torch.allclose(blocks.layer_norm(x, weight, bias, eps=0.5), ref.layer_norm(x, weight, bias, eps=0.5))
+    assert torch.allclose(blocks.rms_norm(x, weight), ref.rms_norm(x, weight), atol=1e-12)
+    assert torch.allclose(blocks.rms_norm(x, weight, eps=0.5), ref.rms_norm(x, weight, eps=0.5))
+    for stand_in, name in ((blocks.CausalSelfAttention(8, 2), "MultiHeadAttention"),
+                           (blocks.FeedForward(8, 12), "FeedForward")):
+        mine = getattr(ref, name)(*((8, 2) if name == "MultiHeadAttention" else (8, 12))).double()
+        stand_in.double().load_state_dict(mine.state_dict())
+        assert torch.allclose(stand_in(x), mine(x), atol=1e-12), name
+
+
+IMPORTED_NORMS = """
+from coursekit.blocks import layer_norm, rms_norm
+"""
+
+
+def test_the_course_norms_do_not_get_round_the_from_scratch_rule():
+    """coursekit.blocks.layer_norm calls F.layer_norm: imported as the student's own, it raises
+    while layer_norm is graded, like F.layer_norm itself (and likewise rms_norm)."""
+    source = (SUBMISSIONS / "correct_einsum.py").read_text() + IMPORTED_NORMS
+    results = graded_in_worker(source, ["layer_norm", "rms_norm"])
+    assert results and not any(r.passed for r in results), [r.message for r in results if r.passed]
+    assert all("off limits" in r.message for r in results if r.name.split("/")[1] != "inputs_unchanged")
+
+
+def parts_table(notebook) -> dict[str, float]:
+    """function name -> points, from the table in the notebook's first cell."""
+    rows = {}
+    for line in nbformat.read(notebook, as_version=4).cells[0].source.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        function = re.match(r"`(\w+)\(", cells[1]) if len(cells) == 6 else None
+        if function:
+            rows[function.group(1)] = float(cells[3])
+    return rows
+
+
+@pytest.mark.parametrize("notebook", [solution_notebook(UNIT.name), release_notebook(UNIT.name)],
+                         ids=["solution", "release"])
+def test_the_table_of_parts_gives_the_graders_points(notebook):
+    assert parts_table(notebook) == {part.name: part.points for part in UNIT.parts}
+
+
+def test_a_sub_part_mistake_is_not_catalogued_for_the_block():
+    """The block is graded with correct sub-parts: a variant of TransformerBlock that carries a
+    sub-part's bug would describe nothing a student can lose block points for."""
+    for mistake in block_unit.MISCONCEPTIONS:
+        if "TransformerBlock" in mistake.variants:
+            assert set(mistake.variants) == {"TransformerBlock"}, mistake.name

@@ -557,10 +557,10 @@ def diagnose_left_alone(result, expected) -> str | None:
 
 def sample_with(after_softmax=False, k_plus_one=False, exactly_k=False, over_batch=False, ignore_generator=False,
                 no_greedy=False, keepdim=False, multiplied=False, drops_kth=False, ignore_top_k=False,
-                on_logits=False):
+                on_logits=False, flat_argmax=False):
     def variant(reference, logits, temperature=1.0, top_k=None, generator=None):
         if temperature == 0 and not no_greedy:
-            return logits.argmax(dim=-1, keepdim=keepdim)
+            return logits.argmax() if flat_argmax else logits.argmax(dim=-1, keepdim=keepdim)
         scaled = logits if after_softmax else logits * temperature if multiplied else logits / temperature
         if top_k is not None and not ignore_top_k:
             k = min(top_k + (1 if k_plus_one else 0), logits.shape[-1])
@@ -599,7 +599,7 @@ def modes_kept_as(model, modes: str):
 
 
 def generate_with(first_position=False, no_crop=False, new_only=False, modes="restored", last_token_only=False,
-                  keeps_front=False):
+                  keeps_front=False, crop_kept=False, drop_top_k=False):
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         prompt_length = idx.shape[1]
         limit = model.config.context_length
@@ -608,8 +608,10 @@ def generate_with(first_position=False, no_crop=False, new_only=False, modes="re
             for _ in range(max_new_tokens):
                 context = (idx if no_crop else idx[:, -1:] if last_token_only else idx[:, :limit] if keeps_front
                            else idx[:, -limit:])
+                if crop_kept:  # the cropped sequence replaces the whole one
+                    idx = context
                 logits = model(context)[:, 0 if first_position else -1, :]
-                next_id = reference.sample_next(logits.detach(), temperature, top_k, generator)
+                next_id = reference.sample_next(logits.detach(), temperature, None if drop_top_k else top_k, generator)
                 idx = torch.cat([idx, next_id[:, None]], dim=1)
         undo()
         return idx[:, prompt_length:] if new_only else idx
@@ -619,13 +621,17 @@ def generate_with(first_position=False, no_crop=False, new_only=False, modes="re
 
 def cached_with(restart_positions=False, not_appended=False, recompute=False, causal_one_query=False,
                 prefill_unmasked=False, no_limit_check=False, own_sampler=False, scale="d_head", not_read=False,
-                one_ahead=False, limit_early=False, shared=False, modes="untouched"):
+                one_ahead=False, limit_early=False, shared=False, modes="untouched", assert_limit=False,
+                skip_ln_f=False, heads_view=False, whole_sequence=False, drop_top_k=False):
     """A KV-cache generator with one thing wrong: attention written out, so every knob is visible."""
 
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         B, T = idx.shape
         limit = model.config.context_length
-        if (T + max_new_tokens >= limit if limit_early else T + max_new_tokens > limit) and not no_limit_check:
+        too_long = T + max_new_tokens >= limit if limit_early else T + max_new_tokens > limit
+        if assert_limit:
+            assert not too_long, "the sequence is too long"
+        elif too_long and not no_limit_check:
             raise ValueError(f"exceeds context_length = {limit}")
         if max_new_tokens == 0:
             return idx.clone()
@@ -641,8 +647,8 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
             for layer, block in enumerate(model.blocks):
                 slot = 0 if shared else layer  # shared: one cache that every layer appends to and reads
                 h = block.ln1(x)
-                q, k, v = (p(h).view(B, t, nh, hs).transpose(1, 2) for p in
-                           (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj))
+                q, k, v = (p(h).view(B, nh, t, hs) if heads_view else p(h).view(B, t, nh, hs).transpose(1, 2)
+                           for p in (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj))
                 old_k, old_v = cache[slot]
                 if old_k is not None and not recompute:
                     k_all, v_all = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
@@ -661,7 +667,7 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                 y = torch.softmax(scores, dim=-1) @ v_all
                 x = x + block.attn.out_proj(y.transpose(1, 2).reshape(B, t, C))
                 x = x + block.ffn(block.ln2(x))
-            return model.lm_head(model.ln_f(x))[:, -1]
+            return model.lm_head(x if skip_ln_f else model.ln_f(x))[:, -1]
 
         def sample(logits):
             if own_sampler and temperature != 0:  # Gumbel-max: the right distribution, other random numbers
@@ -670,7 +676,7 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                     scaled = scaled.masked_fill(scaled < scaled.topk(top_k, dim=-1).values[:, -1:], -math.inf)
                 uniform = torch.rand(scaled.shape, generator=generator).clamp_min(1e-12)
                 return (scaled - torch.log(-torch.log(uniform))).argmax(dim=-1)
-            return reference.sample_next(logits, temperature, top_k, generator)
+            return reference.sample_next(logits, temperature, None if drop_top_k else top_k, generator)
 
         with torch.no_grad():
             logits = forward(idx, 0)
@@ -678,8 +684,8 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
             for step in range(max_new_tokens):
                 out = torch.cat([out, sample(logits)[:, None]], dim=1)
                 if step + 1 < max_new_tokens:
-                    logits = forward(out if recompute else out[:, -1:],
-                                     0 if recompute else out.shape[1] if one_ahead else T + step)
+                    logits = forward(out if recompute or whole_sequence else out[:, -1:],
+                                     0 if recompute or whole_sequence else out.shape[1] if one_ahead else T + step)
         undo()
         return out
 
@@ -742,6 +748,11 @@ MISCONCEPTIONS = (
         {"sample_next": sample_with(no_greedy=True)},
     ),
     Misconception(
+        "greedy_argmax_flat", "greedy as logits.argmax() with no dim: one index into the flattened batch",
+        "Take the largest logit of each row: logits.argmax(dim=-1), which returns (B,).",
+        {"sample_next": sample_with(flat_argmax=True)},
+    ),
+    Misconception(
         "ids_keep_last_dim", "ids of shape (B, 1) instead of (B,)",
         "torch.multinomial(probs, 1) returns (B, 1): .squeeze(-1) it (and argmax without keepdim).",
         {"sample_next": sample_with(keepdim=True)},
@@ -786,6 +797,17 @@ MISCONCEPTIONS = (
         {"generate": generate_with(last_token_only=True)},
     ),
     Misconception(
+        "generate_crop_replaces_sequence", "a generator that crops the sequence itself, dropping its start",
+        "Crop only what the model is given, `model(idx[:, -context_length:])`, and keep appending to the whole "
+        "sequence: the output is still (B, T + max_new_tokens).",
+        {"generate": generate_with(crop_kept=True)},
+    ),
+    Misconception(
+        "top_k_not_passed", "a generator that does not pass top_k on to sample_next",
+        "Call sample_next(logits, temperature, top_k, generator): every setting the generator was given.",
+        {"generate": generate_with(drop_top_k=True), "generate_cached": cached_with(drop_top_k=True)},
+    ),
+    Misconception(
         "generate_crops_front", "a generator that keeps the first context_length tokens instead of the last",
         "Once the sequence outgrows the context, the next token depends on the most recent tokens: "
         "idx[:, -context_length:], not idx[:, :context_length].",
@@ -823,6 +845,29 @@ MISCONCEPTIONS = (
         "cache_limit_one_early", "a context check that refuses a sequence of exactly context_length tokens",
         "Raise only when T + max_new_tokens > context_length: a sequence that fills the context exactly fits.",
         {"generate_cached": cached_with(limit_early=True)},
+    ),
+    Misconception(
+        "cache_limit_assert", "the context limit checked with assert instead of raising a ValueError",
+        "An assert is for the programmer's own bugs (and vanishes under python -O); a caller's too-long request is "
+        "a ValueError: `raise ValueError(f\"... context_length = {limit}\")`.",
+        {"generate_cached": cached_with(assert_limit=True)},
+    ),
+    Misconception(
+        "cache_skips_ln_f", "cached steps that compute the logits without the final layer norm",
+        "The model's own forward ends with lm_head(ln_f(x)): apply model.ln_f before model.lm_head.",
+        {"generate_cached": cached_with(skip_ln_f=True)},
+    ),
+    Misconception(
+        "cache_heads_split_wrong", "heads split with view(B, n_heads, t, d_head) instead of a view and a transpose",
+        "The projection's columns are grouped by head: view(B, t, n_heads, d_head).transpose(1, 2). Viewing as "
+        "(B, n_heads, t, d_head) directly mixes positions and heads.",
+        {"generate_cached": cached_with(heads_view=True)},
+    ),
+    Misconception(
+        "cache_appends_whole_sequence", "cached steps that feed the whole sequence and append all of it to the cache",
+        "After the prefill, feed only the newest token (B, 1) at its position: the cache already holds the keys "
+        "and values of everything before it, so appending the whole sequence stores them again.",
+        {"generate_cached": cached_with(whole_sequence=True)},
     ),
     Misconception(
         "cache_recomputes_prefix", "cached steps that recompute the keys and values of the whole prefix",

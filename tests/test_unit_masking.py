@@ -277,3 +277,28 @@ def test_a_detector_that_never_changes_its_answer_earns_nothing():
         results = grade_part(unit, "looks_causal", namespace)
         assert sum(r.points for r in results) == 0, verdict
         assert any("not counted" in r.message for r in results)
+
+
+def test_no_two_detector_mistakes_give_the_same_verdicts(ref):
+    # A verdict is one bit: two catalogued detectors that answer alike on every check could never
+    # be told apart, so neither would ever be named.
+    tables = {}
+    for mistake in spec.MISCONCEPTIONS:
+        variant = mistake.variants.get("looks_causal")
+        if variant is not None:
+            table = tuple(bool(variant(ref, case.fn, **case.kwargs)) for case in spec.ORACLE_CASES)
+            assert table not in tables, f"{mistake.name} answers exactly as {tables.get(table)}"
+            tables[table] = mistake.name
+
+
+@pytest.mark.parametrize("n", [1, 4])
+def test_an_additive_mask_is_named_as_such_not_read_as_booleans(ref, unit, n):
+    def additive(n):
+        return np.where(np.tril(np.ones((n, n), dtype=bool)), 0.0, -np.inf)
+
+    results = grade_part(unit, "causal_mask", namespace_with(ref, causal_mask=additive))
+    failed = [r for r in results if not r.passed]
+    assert len(failed) == len(results)
+    first = next(r for r in results if r.name == f"causal_mask/n_{n}")
+    assert "additive" in first.message and "diagonal" not in first.message
+    assert first.misconception == "mask_additive_float"

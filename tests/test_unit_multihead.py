@@ -335,3 +335,17 @@ def test_grade_cells_and_points_match_the_grader():
         assert header.endswith(f"({part.points:g} points)"), header
     quiz_ids = [c.metadata.get("quiz") for c in notebook_cells() if "quiz" in c.metadata]
     assert quiz_ids == ["ex-split-shapes", "ex-split-transpose", "ex-scale-dhead", "ex-wo-role"]
+
+
+def test_a_count_halved_for_the_causal_mask_is_named_and_told_the_mask_does_not_halve_it(ref):
+    # The layer computes both n x n products in full and masks afterwards, so halving them for the
+    # causal mask is wrong; it gives the same counts as leaving out the weights @ V product, so the
+    # one catalogued mistake describes both.
+    def halved(n, d_model, n_heads):
+        return 8 * n * d_model**2 + 4 * n**2 * d_model // 2
+
+    namespace = dict(vars(ref))
+    namespace["attention_flops"] = halved
+    failed = [r for r in grade_part(UNIT, "attention_flops", namespace) if not r.passed]
+    assert failed and all(r.misconception == "flops_no_weighted_values" for r in failed)
+    assert "does not halve" in failed[0].message

@@ -51,6 +51,14 @@ def diagnose_attention(result, expected, inputs: Inputs, tol: Tolerance) -> str 
     )
 
 
+def diagnose_self_attention(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    """One output array; a catalogued variant's `(out, weights)` pair, taken as the expected
+    result when a student's answer is matched against it, is compared as a pair."""
+    if isinstance(expected, tuple):
+        return diagnose_attention(result, expected, inputs, tol)
+    return compare_arrays(result, expected, tol)
+
+
 # ---------------------------------------------------------------- inputs
 
 
@@ -63,10 +71,13 @@ def softmax_inputs(shape, axis=None, scale=3.0):
 
 
 def large_softmax_inputs(rng):
-    # One row near +1e4 (exp overflows to inf) and one near -1e4 (exp underflows to 0).
+    # One row near +1e4 (exp overflows to inf), one near -1e4 (exp underflows to 0), and one
+    # spread over thousands: shifting by anything but the row's maximum (its minimum, say)
+    # still overflows there.
     x = rng.normal(0.0, 5.0, (4, 6))
     x[0] += 1e4
     x[1] -= 1e4
+    x[2] *= 400.0
     return Inputs((x,))
 
 
@@ -115,6 +126,20 @@ def naive_softmax(x, axis=-1):
     return e / e.sum(axis=axis, keepdims=True)
 
 
+def softmax_shifted_by_min(ref, x, axis=-1):
+    e = np.exp(x - x.min(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+def softmax_shift_in_numerator_only(ref, x, axis=-1):
+    return np.exp(x - x.max(axis=axis, keepdims=True)) / np.exp(x).sum(axis=axis, keepdims=True)
+
+
+def softmax_divided_by_max(ref, x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.max(axis=axis, keepdims=True)
+
+
 def sdpa_rescaled(factor):
     """The reference with every score multiplied by factor(d_k, d_v)."""
 
@@ -124,12 +149,25 @@ def sdpa_rescaled(factor):
     return variant
 
 
-def sdpa_softmax_over_queries(ref, Q, K, V, mask=None):
-    scores = scaled_scores(Q, K)
-    if mask is not None:
-        scores = np.where(mask, scores, -np.inf)
-    weights = ref.softmax(scores, axis=-2)
-    return weights @ V, weights
+def sdpa_rescaled_by_keys(ref, Q, K, V, mask=None):
+    return ref.scaled_dot_product_attention(Q * np.sqrt(Q.shape[-1] / K.shape[-2]), K, V, mask=mask)
+
+
+def sdpa_softmax_along(axis):
+    def variant(ref, Q, K, V, mask=None):
+        scores = scaled_scores(Q, K)
+        if mask is not None:
+            scores = np.where(mask, scores, -np.inf)
+        weights = ref.softmax(scores, axis=axis)
+        return weights @ V, weights
+
+    return variant
+
+
+def sdpa_output_scaled(ref, Q, K, V, mask=None):
+    # The softmax of the unscaled scores, and the output divided by sqrt(d_k) instead.
+    _, weights = ref.scaled_dot_product_attention(Q * np.sqrt(Q.shape[-1]), K, V, mask=mask)
+    return weights @ V / np.sqrt(Q.shape[-1]), weights
 
 
 def sdpa_unstable_softmax(ref, Q, K, V, mask=None):
@@ -161,6 +199,16 @@ def sdpa_mask_by_boolean_index(ref, Q, K, V, mask=None):
 
 def sdpa_mask_ignored(ref, Q, K, V, mask=None):
     return ref.scaled_dot_product_attention(Q, K, V)
+
+
+def sdpa_mask_added(ref, Q, K, V, mask=None):
+    # The boolean mask added to the scores as if it were an additive (0 / -inf) one: True
+    # counts as +1, so the allowed scores rise by one and nothing is blocked.
+    scores = scaled_scores(Q, K)
+    if mask is not None:
+        scores = scores + mask
+    weights = ref.softmax(scores, axis=-1)
+    return weights @ V, weights
 
 
 def sdpa_mask_filled_with_zero(ref, Q, K, V, mask=None):
@@ -196,6 +244,14 @@ def self_attention_mask_ignored(ref, x, W_q, W_k, W_v, mask=None):
     return ref.self_attention(x, W_q, W_k, W_v)
 
 
+def self_attention_values_from_W_k(ref, x, W_q, W_k, W_v, mask=None):
+    return ref.self_attention(x, W_q, W_k, W_k, mask=mask)
+
+
+def self_attention_returns_pair(ref, x, W_q, W_k, W_v, mask=None):
+    return ref.scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask=mask)
+
+
 MISCONCEPTIONS = (
     Misconception(
         "unstable_softmax",
@@ -222,10 +278,45 @@ MISCONCEPTIONS = (
         {"softmax": lambda ref, x, axis=-1: ref.softmax(x, axis=-1)},
     ),
     Misconception(
+        "softmax_axis_zero",
+        "a softmax that always works along the first axis (axis=0)",
+        "Each row (the last axis by default) must sum to one: take the max and the sum along the "
+        "`axis` argument, not along axis 0.",
+        {"softmax": lambda ref, x, axis=-1: ref.softmax(x, axis=0)},
+    ),
+    Misconception(
+        "softmax_shift_by_min",
+        "a softmax shifted by each row's minimum instead of its maximum",
+        "Subtracting the minimum makes every exponent >= 0, so a row whose entries lie far apart still "
+        "overflows to inf: subtract the maximum, so every exponent is <= 0 and the largest is exp(0) = 1.",
+        {"softmax": softmax_shifted_by_min},
+    ),
+    Misconception(
+        "softmax_shift_in_numerator_only",
+        "a softmax whose numerator is shifted by the row's maximum but whose denominator is not",
+        "Shift once and use the same shifted exponentials on both sides: e = np.exp(x - x.max(axis=axis, "
+        "keepdims=True)), then e / e.sum(axis=axis, keepdims=True).",
+        {"softmax": softmax_shift_in_numerator_only},
+    ),
+    Misconception(
+        "softmax_textbook_formula",
+        "the textbook formula np.exp(x) / np.sum(np.exp(x)), with no shift and a sum over the whole array",
+        "Two changes: sum along `axis` only (keepdims=True), so each row sums to one, and subtract each "
+        "row's maximum before np.exp, so large inputs do not overflow.",
+        {"softmax": lambda ref, x, axis=-1: np.exp(x) / np.exp(x).sum()},
+    ),
+    Misconception(
+        "softmax_divides_by_max",
+        "a softmax divided by the row's largest exponential instead of by their sum",
+        "Subtracting the maximum is for stability only; to normalise, divide by the sum of the "
+        "exponentials along `axis` (keepdims=True), so each row sums to one.",
+        {"softmax": softmax_divided_by_max},
+    ),
+    Misconception(
         "softmax_missing_keepdims",
-        "dividing by a sum taken without keepdims=True",
-        "Without keepdims the sums lose their axis and broadcast against the wrong one: "
-        "use `e.sum(axis=axis, keepdims=True)`.",
+        "a maximum or a sum along `axis` taken without keepdims=True",
+        "Without keepdims the row maxima or sums lose their axis and broadcast against the wrong one: "
+        "use keepdims=True in both, `x.max(axis=axis, keepdims=True)` and `e.sum(axis=axis, keepdims=True)`.",
         {
             "softmax": lambda ref, x, axis=-1: (
                 np.exp(x - x.max(axis=axis, keepdims=True))
@@ -258,6 +349,30 @@ MISCONCEPTIONS = (
         },
     ),
     Misconception(
+        "scale_multiplied",
+        "scores multiplied by sqrt(d_k) instead of divided by it",
+        "The scale shrinks the scores: Q @ K^T / np.sqrt(d_k) (or times 1 / np.sqrt(d_k)), never times "
+        "np.sqrt(d_k).",
+        {
+            "scaled_dot_product_attention": sdpa_rescaled(lambda d_k, d_v: d_k),
+            "self_attention": self_attention_rescaled(lambda d_k, d_model: d_k),
+        },
+    ),
+    Misconception(
+        "scale_by_n_keys",
+        "scores scaled with the number of keys (K.shape[-2]) instead of their width d_k",
+        "d_k is the length of each query and key vector, the LAST axis: Q.shape[-1] (or K.shape[-1]), "
+        "not K.shape[-2], which counts the keys.",
+        {"scaled_dot_product_attention": sdpa_rescaled_by_keys},
+    ),
+    Misconception(
+        "output_scaled_instead_of_scores",
+        "the output divided by sqrt(d_k) instead of the scores",
+        "The scale belongs inside the softmax: divide Q @ K^T by np.sqrt(d_k) before it, and leave "
+        "weights @ V as it is.",
+        {"scaled_dot_product_attention": sdpa_output_scaled},
+    ),
+    Misconception(
         "scale_by_dv",
         "scores scaled with the values' width d_v instead of the keys' width d_k",
         "d_k is the length of the vectors in the dot product: Q.shape[-1], not V.shape[-1].",
@@ -273,7 +388,14 @@ MISCONCEPTIONS = (
         "softmax_over_queries",
         "a softmax taken over the queries' axis (-2) instead of the keys' axis (-1)",
         "Each query's weights over the keys must sum to one: softmax along axis=-1.",
-        {"scaled_dot_product_attention": sdpa_softmax_over_queries},
+        {"scaled_dot_product_attention": sdpa_softmax_along(-2)},
+    ),
+    Misconception(
+        "attention_softmax_axis_zero",
+        "the attention's softmax taken along axis 0 instead of the keys' axis (-1)",
+        "Axis 0 is the queries' axis without batch axes and a batch axis with them: each query's weights "
+        "over the keys must sum to one, so take the softmax along axis=-1.",
+        {"scaled_dot_product_attention": sdpa_softmax_along(0)},
     ),
     Misconception(
         "mask_after_softmax",
@@ -307,6 +429,14 @@ MISCONCEPTIONS = (
         },
     ),
     Misconception(
+        "mask_added_to_scores",
+        "the boolean mask added to the scores, as if it were an additive mask of 0 and -inf",
+        "Added to numbers, True counts as 1 and False as 0, so nothing is blocked. Put -inf where the "
+        "mask is False: np.where(mask, scores, -np.inf). (An additive mask would be "
+        "np.where(mask, 0.0, -np.inf), added to the scores.)",
+        {"scaled_dot_product_attention": sdpa_mask_added},
+    ),
+    Misconception(
         "mask_filled_with_zero",
         "masked scores set to 0 instead of -inf",
         "A score of 0 still gets weight exp(0) = 1 before normalising: use -np.inf (or a very "
@@ -319,6 +449,19 @@ MISCONCEPTIONS = (
         "`.T` reverses every axis, so it breaks with batch dimensions: use "
         "np.swapaxes(K, -1, -2) (or K.swapaxes(-1, -2)).",
         {"scaled_dot_product_attention": sdpa_batched_T},
+    ),
+    Misconception(
+        "self_attention_returns_pair",
+        "self_attention returning the pair (out, weights) instead of out alone",
+        "scaled_dot_product_attention returns (out, weights); self_attention returns only the output: "
+        "`out, _ = scaled_dot_product_attention(...)`, then `return out`.",
+        {"self_attention": self_attention_returns_pair},
+    ),
+    Misconception(
+        "values_from_W_k",
+        "values made with W_k instead of W_v",
+        "Three projections, three weights: Q = x @ W_q, K = x @ W_k and V = x @ W_v.",
+        {"self_attention": self_attention_values_from_W_k},
     ),
     Misconception(
         "query_key_swapped",
@@ -338,7 +481,8 @@ PARTS = (
             Check("random_2d", "softmax of a random (4, 7) array", 1, softmax_inputs((4, 7))),
             Check("axis_argument", "softmax along axis=1 of a (3, 4, 5) array", 1,
                   softmax_inputs((3, 4, 5), axis=1)),
-            Check("large_inputs", "inputs near +1e4 and -1e4 (numerical stability)", 1,
+            Check("large_inputs", "inputs near +1e4 and -1e4, and a row spread over thousands "
+                  "(numerical stability)", 1,
                   large_softmax_inputs, tol=LOOSE),
             Check("inputs_unchanged", "the input array is not modified", 1,
                   softmax_inputs((3, 5)), kind="unchanged"),
@@ -367,6 +511,7 @@ PARTS = (
     ),
     Part(
         "self_attention",
+        diagnose=diagnose_self_attention,
         uses=("softmax", "scaled_dot_product_attention"),
         checks=(
             Check("unbatched", "x (6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,

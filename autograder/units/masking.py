@@ -50,6 +50,15 @@ def diagnose_mask(result, expected, inputs: Inputs, tol: Tolerance) -> str | Non
         return f"expected a boolean array of shape {want.shape}, got {describe(result)}"
     if got.shape != want.shape:
         return f"the mask has shape {got.shape}, expected {want.shape}"
+    if want.dtype.kind == "f" and np.all((want == 0) | np.isneginf(want)):
+        # The expected mask is itself additive (a catalogued variant's, when a student's answer
+        # is matched against it): only the same additive mask is the same answer.
+        return None if np.array_equal(got, want) else "the mask is not this additive mask"
+    if np.asarray(result).dtype.kind == "f" and looks_additive(got, want):
+        return ("the mask holds 0 where attending is allowed and -inf where it is not: an additive "
+                "float mask, to be added to the scores, where the contract asks for a boolean one (True "
+                "= may attend); turn one into the other with `additive == 0`, or build the boolean mask "
+                "directly with np.tril(np.ones((n, n), dtype=bool))")
     if not np.all(np.isfinite(got)):
         return "the mask holds NaN or inf: it should hold only True and False"
     wrong = np.argwhere((got != 0) != (want != 0))
@@ -69,6 +78,13 @@ def diagnose_mask(result, expected, inputs: Inputs, tol: Tolerance) -> str | Non
                     "to read itself")
         return f"entry ({i}, {j}) is False, but query {i} may read the earlier key {j}"
     return f"entry ({i}, {j}) is True, but query {i} must not read the later key {j}"
+
+
+def looks_additive(got, want) -> bool:
+    """A float mask of 0 where `want` is True and -inf (or a huge negative number) where it is
+    False: the additive form of the right mask. (For n = 1 that is a lone 0.)"""
+    blocked = got[~np.asarray(want, dtype=bool)]
+    return bool(np.all(got[np.asarray(want, dtype=bool)] == 0) and np.all(blocked <= -1e9))
 
 
 def diagnose_causal_output(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
@@ -354,9 +370,19 @@ def csa_length_from_first_axis(ref, x, W_q, W_k, W_v):
     return ref.self_attention(x, W_q, W_k, W_v, mask=ref.causal_mask(len(x)))
 
 
+def csa_length_from_last_axis(ref, x, W_q, W_k, W_v):
+    return ref.self_attention(x, W_q, W_k, W_v, mask=ref.causal_mask(x.shape[-1]))
+
+
 def csa_mask_added(ref, x, W_q, W_k, W_v):
     mask = ref.causal_mask(x.shape[-2])
     weights = ref.softmax(_scores(x, W_q, W_k) + mask.astype(float), axis=-1)
+    return weights @ (x @ W_v)
+
+
+def csa_mask_filled_with_zero(ref, x, W_q, W_k, W_v):
+    mask = ref.causal_mask(x.shape[-2])
+    weights = ref.softmax(np.where(mask, _scores(x, W_q, W_k), 0.0), axis=-1)
     return weights @ (x @ W_v)
 
 
@@ -372,8 +398,9 @@ def _detector(attn_fn, n=8, d=4, trials=3, seed=0, *, positions="all", perturb="
 
     positions: "all" (every i) or "zero" (only i = 0). perturb: "after" (positions > i),
     "next" (position i + 1 only) or "from_i" (positions >= i). compare: "upto" (outputs
-    0..i), "at_i" (output i only) or "after" (outputs > i). inputs: "random" or "ones"
-    (a single trial: all ones, the changed positions set to 2).
+    0..i), "before_i" (outputs 0..i - 1), "at_i" (output i only) or "after" (outputs > i;
+    comparing every output gives the same verdicts on every check). inputs: "random" or
+    "ones" (a single trial: all ones, the changed positions set to 2).
     """
     rng = np.random.default_rng(seed)
     for _ in range(1 if inputs == "ones" else trials):
@@ -385,7 +412,8 @@ def _detector(attn_fn, n=8, d=4, trials=3, seed=0, *, positions="all", perturb="
             changed = x.copy()
             changed[start:stop] = 2.0 if inputs == "ones" else rng.normal(size=(stop - start, d))
             out = np.asarray(attn_fn(changed), dtype=float)
-            rows = {"upto": slice(0, i + 1), "at_i": slice(i, i + 1), "after": slice(i + 1, n)}[compare]
+            rows = {"upto": slice(0, i + 1), "before_i": slice(0, i), "at_i": slice(i, i + 1),
+                    "after": slice(i + 1, n)}[compare]
             if not same(out[rows], base[rows]):
                 return False
     return True
@@ -397,6 +425,10 @@ def detector(**knobs):
 
 def detector_ignoring_arguments(ref, attn_fn, n=8, d=4, trials=3, seed=0):
     return _detector(attn_fn)
+
+
+def detector_inverted(ref, attn_fn, n=8, d=4, trials=3, seed=0):
+    return not ref.looks_causal(attn_fn, n=n, d=d, trials=trials, seed=seed)
 
 
 MISCONCEPTIONS = (
@@ -435,11 +467,21 @@ MISCONCEPTIONS = (
         "Some libraries (PyTorch's boolean attn_mask) mark the blocked pairs; this course marks the "
         "ALLOWED ones: True on and below the diagonal, np.tril(np.ones((n, n), dtype=bool)). Used as an "
         "allowed mask, the blocked one lets every token read only the future, and the last row allows "
-        "nothing at all (a softmax over nothing but -inf is NaN).",
+        "nothing at all (a softmax over nothing but -inf is NaN). An additive mask (0 and -inf) handed "
+        "in as the boolean one acts the same way, its -inf entries counting as True: turn it into the "
+        "boolean one with `additive == 0`.",
         {
             "causal_mask": mask_variant(lambda n: np.triu(np.ones((n, n), dtype=bool), k=1)),
             "causal_self_attention": self_attention_with(lambda ref, n: ~ref.causal_mask(n)),
         },
+    ),
+    Misconception(
+        "mask_additive_float",
+        "an additive float mask (0 and -inf) where the contract asks for a boolean one",
+        "An additive mask is added to the scores; this course's causal_mask is the boolean one, True "
+        "where attending is allowed: np.tril(np.ones((n, n), dtype=bool)). From an additive mask "
+        "`additive`, the boolean one is `additive == 0`; back again, np.where(mask, 0.0, -np.inf).",
+        {"causal_mask": mask_variant(lambda n: np.where(_lower(n), 0.0, -np.inf))},
     ),
     Misconception(
         "mask_as_numbers",
@@ -462,11 +504,25 @@ MISCONCEPTIONS = (
         {"causal_self_attention": csa_length_from_first_axis},
     ),
     Misconception(
+        "seq_len_from_last_axis",
+        "the sequence length read from the last axis (x.shape[-1], the model width) instead of x.shape[-2]",
+        "x is (..., n, d_model): the tokens are on axis -2, so use causal_mask(x.shape[-2]); the last "
+        "axis holds each token's features.",
+        {"causal_self_attention": csa_length_from_last_axis},
+    ),
+    Misconception(
         "mask_added_to_scores",
         "the 0/1 mask added to the scores instead of -inf put where it is False",
         "Adding 1 to the allowed scores changes almost nothing; forbidden scores must become -inf "
         "(np.where(mask, scores, -np.inf)), or pass the mask to self_attention.",
         {"causal_self_attention": csa_mask_added},
+    ),
+    Misconception(
+        "mask_filled_with_zero",
+        "masked scores set to 0 instead of -inf",
+        "A score of 0 still gets weight exp(0) = 1 before normalising, so the future still leaks in: "
+        "use -np.inf, np.where(mask, scores, -np.inf), so that the masked weights are exactly 0.",
+        {"causal_self_attention": csa_mask_filled_with_zero},
     ),
     Misconception(
         "mask_after_softmax",
@@ -496,6 +552,20 @@ MISCONCEPTIONS = (
         {"next_token_pairs": lambda ref, tokens: (tokens[:-1], tokens[1:])},
     ),
     Misconception(
+        "pairs_sliced_second_axis",
+        "slicing the second axis (tokens[:, :-1]), as if every input were a (batch, n) array",
+        "The tokens may have any number of batch axes, or none: slice the LAST axis with "
+        "tokens[..., :-1] and tokens[..., 1:].",
+        {"next_token_pairs": lambda ref, tokens: (tokens[:, :-1], tokens[:, 1:])},
+    ),
+    Misconception(
+        "inputs_not_trimmed",
+        "inputs that keep the last token (inputs = tokens, targets = tokens[..., 1:])",
+        "The last token has no next token to predict, so it is not an input: inputs = tokens[..., :-1], "
+        "the same length as the targets.",
+        {"next_token_pairs": lambda ref, tokens: (tokens, tokens[..., 1:])},
+    ),
+    Misconception(
         "targets_rolled",
         "targets made with np.roll, which wraps the first token round to the end",
         "The last token has no next token to predict: drop it from the inputs (n - 1 pairs) "
@@ -509,11 +579,10 @@ MISCONCEPTIONS = (
         "so slice `tokens` itself rather than a float copy of it.",
         {"next_token_pairs": lambda ref, tokens: (tokens[..., :-1].astype(float), tokens[..., 1:].astype(float))},
     ),
-    # Verdicts are one bit, so a wrong verdict matches every variant that errs the same way and
-    # the first one listed is named. Order: exact equality before the two detectors that call
-    # every causal function leaky (so the round-off check names it); of those two, the more
-    # common off-by-one (x[i:]) first. Each detector variant is alone in failing at least one
-    # check, so each is named somewhere.
+    # Verdicts are one bit, so a wrong verdict can match several of the detector variants below;
+    # a mistake is named only when one explains every failed check, the checks the student passed
+    # setting the others aside. So no two of them may give the same verdicts on every check
+    # (tests/test_unit_masking.py checks this).
     Misconception(
         "detector_exact_equality",
         "a detector that compares outputs with exact equality",
@@ -556,10 +625,32 @@ MISCONCEPTIONS = (
     ),
     Misconception(
         "detector_checks_after_i",
-        "a detector that compares the outputs AFTER position i instead of those up to i",
+        "a detector that compares the outputs AFTER position i (or every output) instead of only those up to i",
         "Outputs after i are allowed to change when inputs after i change; the question is whether "
         "outputs 0..i stay put: compare out[:i + 1].",
         {"looks_causal": detector(compare="after")},
+    ),
+    Misconception(
+        "detector_inverted",
+        "a detector whose answer is the wrong way round (True when it finds a leak)",
+        "looks_causal answers the question in its name: return True when NO output up to i ever "
+        "changed (the function looks causal), and False as soon as you find a leak.",
+        {"looks_causal": detector_inverted},
+    ),
+    Misconception(
+        "detector_skips_output_i",
+        "a detector that compares the outputs before position i (out[:i]) but not output i itself",
+        "Output i must not depend on the inputs after i either, and the leak into it from position i + 1 "
+        "is the commonest one: compare out[:i + 1].",
+        {"looks_causal": detector(compare="before_i")},
+    ),
+    Misconception(
+        "detector_never_finds_a_leak",
+        "a detector that never finds a leak: its changes to the inputs never show in the outputs",
+        "Check that the change really reaches the function: change a copy of x (x2 = x.copy()), by a "
+        "visible amount (fresh random values, not a tiny nudge), call attn_fn on that copy, and compare "
+        "it with the output for the original x.",
+        {"looks_causal": lambda ref, attn_fn, n=8, d=4, trials=3, seed=0: True},
     ),
     Misconception(
         "detector_ignores_arguments",

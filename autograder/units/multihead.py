@@ -218,6 +218,27 @@ def merge_strided(x):
     return np.moveaxis(x, -3, -1).reshape(*lead, n, n_heads * d_head)
 
 
+def split_heads_first(x, n_heads):
+    """np.stack(np.split(x, n_heads, axis=-1)): the heads on axis 0, in front of any batch axes."""
+    return np.stack(np.split(x, n_heads, axis=-1))
+
+
+def merge_heads_first(x):
+    """np.concatenate(list(x), axis=-1): the inverse of split_heads_first, reading axis 0 as the heads."""
+    return np.concatenate(list(x), axis=-1)
+
+
+def split_fixed_axes(x, n_heads):
+    """.transpose(0, 2, 1, 3): right for (batch, n, d_model) inputs only; any other rank raises."""
+    *lead, n, d_model = x.shape
+    return x.reshape(*lead, n, n_heads, d_model // n_heads).transpose(0, 2, 1, 3)
+
+
+def merge_fixed_axes(x):
+    *lead, n_heads, n, d_head = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(*lead, n, n_heads * d_head)
+
+
 def mha_built(ref, x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, split=None, merge=None,
               scale=lambda d_head, d_model: np.sqrt(d_head), allowed=causal_allowed, softmax_axis=-1,
               project=lambda merged, W_o: merged @ W_o, transpose_weights=False, length=lambda x: x.shape[-2]):
@@ -239,6 +260,14 @@ def mha_variant(**changes):
         return mha_built(ref, *args, **kwargs, **changes)
 
     return variant
+
+
+def mha_causal_default_false(ref, x, W_q, W_k, W_v, W_o, n_heads, causal=False):
+    return ref.multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=causal)
+
+
+def mha_causal_inverted(ref, x, W_q, W_k, W_v, W_o, n_heads, causal=True):
+    return ref.multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=not causal)
 
 
 def mha_causal_forced(value):
@@ -294,6 +323,27 @@ MISCONCEPTIONS = (
         },
     ),
     Misconception(
+        "heads_on_first_axis",
+        "heads stacked on axis 0 (np.stack(np.split(x, n_heads, axis=-1))), in front of the batch axes",
+        "That is right for one unbatched sequence only: with batch axes the heads must come just before "
+        "the token axis, (..., n_heads, n, d_head). Stack on axis=-3 (and in merge_heads split or move "
+        "axis -3, not axis 0), or reshape and swap the last axes.",
+        {
+            "split_heads": lambda ref, x, n_heads: split_heads_first(x, n_heads),
+            "merge_heads": lambda ref, x: merge_heads_first(x),
+        },
+    ),
+    Misconception(
+        "heads_transposed_with_fixed_axes",
+        "heads moved with .transpose(0, 2, 1, 3), which only fits inputs with exactly one batch axis",
+        "Name the two axes to swap from the end, so any number of batch axes (or none) works: "
+        "np.swapaxes(x, -3, -2) after the reshape in split_heads, and before it in merge_heads.",
+        {
+            "split_heads": lambda ref, x, n_heads: split_fixed_axes(x, n_heads),
+            "merge_heads": lambda ref, x: merge_fixed_axes(x),
+        },
+    ),
+    Misconception(
         "no_output_projection",
         "the output projection W_o left out",
         "After merging the heads, multiply by W_o: it is what lets every output feature combine "
@@ -322,6 +372,12 @@ MISCONCEPTIONS = (
         {"multi_head_attention": mha_variant(scale=lambda d_head, d_model: np.sqrt(d_model))},
     ),
     Misconception(
+        "scale_by_d_head",
+        "each head's scores divided by d_head instead of its square root",
+        "The scale is 1 / sqrt(d_head): np.sqrt(d_head), not d_head.",
+        {"multi_head_attention": mha_variant(scale=lambda d_head, d_model: d_head)},
+    ),
+    Misconception(
         "no_scaling",
         "scores that are not divided by sqrt(d_head)",
         "Divide each head's Q K^T by np.sqrt(d_head) before the softmax.",
@@ -333,6 +389,19 @@ MISCONCEPTIONS = (
         "With causal=True pass mask=np.tril(np.ones((n, n), dtype=bool)) to the attention, so "
         "token i only attends to tokens 0..i.",
         {"multi_head_attention": mha_causal_forced(False)},
+    ),
+    Misconception(
+        "causal_default_false",
+        "a signature whose default is causal=False",
+        "The contract's default is causal=True: def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, "
+        "causal=True). A call that leaves `causal` out must get the causal mask.",
+        {"multi_head_attention": mha_causal_default_false},
+    ),
+    Misconception(
+        "causal_inverted",
+        "the mask applied when causal=False and left out when causal=True (the test turned round)",
+        "Build the mask `if causal:`, not `if not causal:`: causal=True is the masked, decoder case.",
+        {"multi_head_attention": mha_causal_inverted},
     ),
     Misconception(
         "causal_always_on",
@@ -374,9 +443,18 @@ MISCONCEPTIONS = (
     ),
     Misconception(
         "flops_no_weighted_values",
-        "a count without the product of the weights with V",
-        "Each head does two n x n products: the scores Q_h K_h^T, and then the weights times V_h.",
+        "a count with half the n x n work: the product of the weights with V left out, or both n x n "
+        "products halved for the causal mask",
+        "Each head does two n x n products: the scores Q_h K_h^T, and then the weights times V_h. The "
+        "layer computes both in full and masks afterwards, so the causal mask does not halve them here.",
         {"attention_flops": flops_variant(lambda n, d, h: 8 * n * d * d + 2 * n * n * d)},
+    ),
+    Misconception(
+        "flops_projections_only",
+        "a count of the four projections only, without the attention's own n x n products",
+        "Besides x @ W_q, x @ W_k, x @ W_v and the merged heads @ W_o, each head computes Q_h K_h^T and "
+        "then the weights times V_h: two products that grow with n^2.",
+        {"attention_flops": flops_variant(lambda n, d, h: 8 * n * d * d)},
     ),
     Misconception(
         "flops_heads_times_d_model",

@@ -11,6 +11,11 @@ the worker, load weights drawn here, run it, read its outputs, parameter names a
 gradients. The same probe runs on the reference and on each wrong variant below; the
 variants of a class are subclasses of the reference's with one mistake, written against
 the contract's attribute names only (`q_proj`, `fc1`, `ln1`, ...).
+
+A mistake costs points once: while `FeedForward` is graded the student's `gelu` is torch's,
+and while `TransformerBlock` is graded its sub-parts (`MultiHeadAttention`, `FeedForward`,
+`layer_norm`, `rms_norm`, `gelu`) are correct ones from `coursekit.blocks` (`BLOCK_STUBS`). So
+the block's catalogue holds only mistakes in the block's own wiring.
 """
 
 from __future__ import annotations
@@ -339,7 +344,7 @@ MASKS = {  # what each mask lets query t read, as a (T, T) boolean: True = may a
 
 def attention_forward(m, x, causal=True, scale="d_head", split="heads_first", merge="transpose", project_out=True,
                       mask="lower", fill=float("-inf"), softmax_dim=-1, scale_after_softmax=False, swap_qk=False,
-                      mask_after_softmax=False, one_head=False):
+                      mask_after_softmax=False, one_head=False, residual=False):
     B, T, d_model = x.shape
     H = 1 if one_head else m.n_heads
     d_head = d_model // H
@@ -366,13 +371,18 @@ def attention_forward(m, x, causal=True, scale="d_head", split="heads_first", me
     if scale_after_softmax:
         weights = weights / divisor
     out = weights @ v  # (B, H, T, d_head)
-    out = out.transpose(1, 2).reshape(B, T, d_model) if merge == "transpose" else out.reshape(B, T, d_model)
-    return m.out_proj(out) if project_out else out
+    if merge == "view":  # .view on the transposed tensor: it raises where the memory is not contiguous
+        out = out.transpose(1, 2).view(B, T, d_model)
+    else:
+        out = out.transpose(1, 2).reshape(B, T, d_model) if merge == "transpose" else out.reshape(B, T, d_model)
+    out = m.out_proj(out) if project_out else out
+    return x + out if residual else out
 
 
 def block_forward(m, x, post_norm=False, attn_residual=True, ffn_residual=True, first_norm="ln1", second_norm="ln2",
-                  normalised_stream=False, attn_norm=True, ffn_norm=True, ffn_reads_block_input=False,
-                  ffn_first=False):
+                  normalised_stream=(), attn_norm=True, ffn_norm=True, ffn_reads_block_input=False,
+                  ffn_first=False, ffn_residual_from_block_input=False, norm_parameters=True,
+                  norm_after_sublayer=False):
     if post_norm:
         x = m.ln1(x + m.attn(x))
         return m.ln2(x + m.ffn(x))
@@ -380,12 +390,19 @@ def block_forward(m, x, post_norm=False, attn_residual=True, ffn_residual=True, 
     sublayers = [(getattr(m, first_norm), m.attn, attn_norm, attn_residual),
                  (getattr(m, second_norm), m.ffn, ffn_norm, ffn_residual)]
     for norm, layer, normed, residual in reversed(sublayers) if ffn_first else sublayers:
+        if not norm_parameters:  # normalised, but without the LayerNorm's weight and bias
+            norm = lambda t: F.layer_norm(t, t.shape[-1:])  # noqa: E731
+        if norm_after_sublayer:
+            x = x + norm(layer(x))
+            continue
         source = block_input if ffn_reads_block_input and layer is m.ffn else x
         h = norm(source) if normed else source
         if not residual:
             x = layer(h)
-        else:  # the residual added to the normalised copy replaces the stream by it
-            x = (h if normalised_stream else x) + layer(h)
+        elif layer in (getattr(m, name) for name in normalised_stream):
+            x = h + layer(h)  # the residual added to the normalised copy replaces the stream by it
+        else:
+            x = (block_input if ffn_residual_from_block_input and layer is m.ffn else x) + layer(h)
     return x
 
 
@@ -406,7 +423,7 @@ def attention_variant(bias=("q_proj", "k_proj", "v_proj", "out_proj"), **knobs):
     return make
 
 
-def ffn_variant(activation=None, default_d_ff=None, ignores_d_ff=False, bias=True, after_fc2=False):
+def ffn_variant(activation=None, default_d_ff=None, ignores_d_ff=False, bias=True, after_fc2=False, residual=False):
     def make(reference):
         class Wrong(reference.FeedForward):
             def __init__(self, d_model, d_ff=None):
@@ -422,7 +439,8 @@ def ffn_variant(activation=None, default_d_ff=None, ignores_d_ff=False, bias=Tru
             def forward(self, x):
                 act = F.gelu if activation is None else activation
                 out = self.fc2(act(self.fc1(x)))
-                return act(out) if after_fc2 else out
+                out = act(out) if after_fc2 else out
+                return x + out if residual else out
 
         return Wrong
 
@@ -446,6 +464,7 @@ def block_variant(passes_d_ff=True, **knobs):
 def layer_norm_with(eps_outside=False, unbiased=False, affine=True, dims=(-1,), default_eps=1e-5,
                     bias_first=False, centred=True, swapped_affine=False):
     def variant(reference, x, weight, bias, eps=default_eps):
+        eps = 0.0 if default_eps is None else eps  # None: no eps at all
         if dims is None:  # statistics of the whole tensor
             mean, var = x.mean(), x.var(unbiased=unbiased)
         else:
@@ -462,11 +481,18 @@ def layer_norm_with(eps_outside=False, unbiased=False, affine=True, dims=(-1,), 
     return variant
 
 
-def rms_norm_with(centred=False, eps_outside=False, root=True, scaled=True, default_eps=1e-6, reduce="mean"):
+def rms_norm_with(centred=False, eps_outside=False, root=True, scaled=True, default_eps=1e-6, reduce="mean",
+                  statistic="mean_square"):
     def variant(reference, x, weight, eps=default_eps):
+        eps = 0.0 if default_eps is None else eps  # None: no eps at all
         if centred:
             x = x - x.mean(dim=-1, keepdim=True)
-        mean_square = getattr(x * x, reduce)(dim=-1, keepdim=True)
+        mean_square = {
+            "mean_square": lambda: getattr(x * x, reduce)(dim=-1, keepdim=True),
+            "square_of_mean": lambda: x.mean(dim=-1, keepdim=True) ** 2,
+            "variance": lambda: x.var(dim=-1, keepdim=True, unbiased=False),
+            "whole_tensor": lambda: (x * x).mean(),
+        }[statistic]()
         if not root:
             denominator = mean_square + eps
         else:
@@ -506,6 +532,12 @@ MISCONCEPTIONS = (
         {"layer_norm": layer_norm_with(unbiased=True, eps_outside=True)},
     ),
     Misconception(
+        "ln_no_eps", "a layer norm without eps (dividing by the standard deviation alone)",
+        "Add eps to the variance inside the square root, sqrt(var + eps): it keeps rows with (almost) no "
+        "spread finite, and the caller's eps must change the result.",
+        {"layer_norm": layer_norm_with(default_eps=None)},
+    ),
+    Misconception(
         "ln_ignores_affine", "a layer norm that never applies `weight` and `bias`",
         "After normalising, scale by `weight` and shift by `bias`: they are what training learns.",
         {"layer_norm": layer_norm_with(affine=False)},
@@ -530,6 +562,12 @@ MISCONCEPTIONS = (
         "Each position is normalised on its own: mean and variance over the last dimension only "
         "(dim=-1, keepdim=True).",
         {"layer_norm": layer_norm_with(dims=(0,))},
+    ),
+    Misconception(
+        "ln_statistics_over_dim_1", "a layer norm whose statistics are taken over dim=1",
+        "dim=1 is the last dimension only for 2-D inputs: use dim=-1, which is the last whatever the number "
+        "of leading dimensions.",
+        {"layer_norm": layer_norm_with(dims=(1,))},
     ),
     Misconception(
         "ln_whole_tensor_statistics", "a layer norm with one mean and one variance for the whole tensor",
@@ -568,6 +606,36 @@ MISCONCEPTIONS = (
         {"rms_norm": rms_norm_with(reduce="sum")},
     ),
     Misconception(
+        "rms_divides_by_norm", "an RMS norm that divides by the vector's length, x.norm(dim=-1) + eps",
+        "x.norm() is sqrt(sum(x**2)), not the root *mean* square, and eps then sits outside the root: "
+        "divide by torch.sqrt((x * x).mean(dim=-1, keepdim=True) + eps).",
+        {"rms_norm": rms_norm_with(reduce="sum", eps_outside=True)},
+    ),
+    Misconception(
+        "rms_square_of_mean", "an RMS norm that squares the mean instead of taking the mean of the squares",
+        "mean(x**2) is not mean(x)**2: square every element first, then average, (x * x).mean(dim=-1, "
+        "keepdim=True).",
+        {"rms_norm": rms_norm_with(statistic="square_of_mean")},
+    ),
+    Misconception(
+        "rms_divides_by_std", "an RMS norm that divides x by its standard deviation",
+        "The standard deviation is taken around the mean; RMS norm does not centre: divide by "
+        "sqrt(mean(x**2) + eps).",
+        {"rms_norm": rms_norm_with(statistic="variance")},
+    ),
+    Misconception(
+        "rms_whole_tensor", "an RMS norm with one mean square for the whole tensor",
+        "(x * x).mean() with no dim averages over every number in the tensor: each vector needs its own, "
+        "(x * x).mean(dim=-1, keepdim=True).",
+        {"rms_norm": rms_norm_with(statistic="whole_tensor")},
+    ),
+    Misconception(
+        "rms_no_eps", "an RMS norm without eps",
+        "Divide by sqrt(mean(x**2) + eps): eps keeps an all-zero vector finite, and the caller's eps must "
+        "change the result.",
+        {"rms_norm": rms_norm_with(default_eps=None)},
+    ),
+    Misconception(
         "rms_wrong_default_eps", "an RMS norm whose default eps is 1e-5 instead of 1e-6",
         "The contract's signature is rms_norm(x, weight, eps=1e-6) (1e-5 is layer_norm's default).",
         {"rms_norm": rms_norm_with(default_eps=1e-5)},
@@ -598,6 +666,17 @@ MISCONCEPTIONS = (
         "gelu_erf_times_sqrt2", "GELU with erf(x * sqrt 2) instead of erf(x / sqrt 2)",
         "The argument of erf is x divided by sqrt 2, not multiplied by it.",
         {"gelu": gelu_with(lambda x: 0.5 * (1.0 + torch.erf(x * math.sqrt(2.0))))},
+    ),
+    Misconception(
+        "gelu_sqrt2_outside_erf", "GELU with erf(x) / sqrt 2 instead of erf(x / sqrt 2)",
+        "The division by sqrt 2 belongs inside the error function: torch.erf(x / math.sqrt(2)).",
+        {"gelu": gelu_with(lambda x: 0.5 * (1.0 + torch.erf(x) / math.sqrt(2.0)))},
+    ),
+    Misconception(
+        "gelu_tanh_instead_of_erf", "GELU with tanh(x / sqrt 2) where erf(x / sqrt 2) belongs",
+        "The exact GELU uses the error function, torch.erf(x / math.sqrt(2)); tanh appears only in the "
+        "approximation, with a different argument.",
+        {"gelu": gelu_with(lambda x: 0.5 * (1.0 + torch.tanh(x / math.sqrt(2.0))))},
     ),
     Misconception(
         "gelu_missing_half", "GELU without the factor 1/2, x (1 + erf(x / sqrt 2))",
@@ -651,6 +730,13 @@ MISCONCEPTIONS = (
         {"MultiHeadAttention": attention_variant(mask="strict_past")},
     ),
     Misconception(
+        "attention_mask_inverted_large_negative", "a mask used the wrong way round (the allowed positions "
+        "hidden), filled with a large negative number",
+        "masked_fill(mask, value) fills where the mask is True: pass ~allowed (True above the diagonal), not "
+        "the lower-triangular mask itself.",
+        {"MultiHeadAttention": attention_variant(mask="inverted", fill=-1e9)},
+    ),
+    Misconception(
         "attention_mask_with_zero", "masked scores set to 0 instead of -inf",
         "A score of 0 still gets weight exp(0) in the softmax: the future must get -inf (weight exactly 0).",
         {"MultiHeadAttention": attention_variant(fill=0.0)},
@@ -666,6 +752,11 @@ MISCONCEPTIONS = (
         "attention_softmax_wrong_axis", "the softmax taken over the queries (dim=-2) instead of the keys",
         "Each query's weights over the keys must sum to one: torch.softmax(scores, dim=-1) on (B, H, T_q, T_k).",
         {"MultiHeadAttention": attention_variant(softmax_dim=-2)},
+    ),
+    Misconception(
+        "attention_softmax_over_heads", "the softmax taken over the heads axis (dim=1)",
+        "The scores are (B, H, T_q, T_k): each query's weights are over the keys, the last axis, dim=-1.",
+        {"MultiHeadAttention": attention_variant(softmax_dim=1)},
     ),
     Misconception(
         "attention_scale_d_model", "scores scaled by sqrt(d_model) instead of sqrt(d_head)",
@@ -719,6 +810,18 @@ MISCONCEPTIONS = (
         {"MultiHeadAttention": attention_variant(split="no_transpose", merge="no_transpose")},
     ),
     Misconception(
+        "heads_merged_with_view", "heads merged with .view right after the transpose",
+        "After .transpose(1, 2) the tensor is no longer contiguous, so .view(B, T, d_model) raises (except "
+        "when T = 1): use .reshape, or .contiguous().view.",
+        {"MultiHeadAttention": attention_variant(merge="view")},
+    ),
+    Misconception(
+        "attention_adds_residual", "multi-head attention that adds its input to its output",
+        "The residual connection belongs to the block (x = x + attn(ln1(x))): attention itself returns "
+        "out_proj of the merged heads only.",
+        {"MultiHeadAttention": attention_variant(residual=True)},
+    ),
+    Misconception(
         "attention_no_out_proj", "multi-head attention that never applies `out_proj`",
         "After merging the heads, mix them with out_proj: it is part of the layer (and of its parameters).",
         {"MultiHeadAttention": attention_variant(project_out=False)},
@@ -756,6 +859,12 @@ MISCONCEPTIONS = (
         {"FeedForward": ffn_variant(after_fc2=True)},
     ),
     Misconception(
+        "ffn_adds_residual", "a feed-forward layer that adds its input to its output",
+        "The residual connection belongs to the block (x = x + ffn(ln2(x))): FeedForward returns "
+        "fc2(gelu(fc1(x))) only.",
+        {"FeedForward": ffn_variant(residual=True)},
+    ),
+    Misconception(
         "ffn_no_activation", "a feed-forward layer with no GELU between fc1 and fc2",
         "Without the nonlinearity, fc2(fc1(x)) is one linear map: put gelu between them.",
         {"FeedForward": ffn_variant(activation=lambda h: h)},
@@ -771,7 +880,37 @@ MISCONCEPTIONS = (
         "(x = ln1(x), then x = x + attn(x); or h = ln1(x), then x = h + attn(h))",
         "Normalise only what the sublayer reads and add its answer to the stream as it was: "
         "x = x + attn(ln1(x)), then x = x + ffn(ln2(x)).",
-        {"TransformerBlock": block_variant(normalised_stream=True)},
+        {"TransformerBlock": block_variant(normalised_stream=("attn", "ffn"))},
+    ),
+    Misconception(
+        "block_attention_residual_from_normalised", "a block whose attention residual is added to the normalised "
+        "copy (h = ln1(x); x = h + attn(h))",
+        "Add attention's answer to the stream as it was, not to its normalised copy: x = x + attn(ln1(x)).",
+        {"TransformerBlock": block_variant(normalised_stream=("attn",))},
+    ),
+    Misconception(
+        "block_ffn_residual_from_normalised", "a block whose feed-forward residual is added to the normalised "
+        "copy (h = ln2(x); x = h + ffn(h))",
+        "Add the feed-forward answer to the stream as it was, not to its normalised copy: x = x + ffn(ln2(x)).",
+        {"TransformerBlock": block_variant(normalised_stream=("ffn",))},
+    ),
+    Misconception(
+        "block_ffn_residual_skips_attention", "a block that adds the feed-forward output to the block's input, "
+        "dropping attention's update",
+        "Keep the stream attention wrote to: h = x + attn(ln1(x)), then return h + ffn(ln2(h)), not x + ffn(...).",
+        {"TransformerBlock": block_variant(ffn_residual_from_block_input=True)},
+    ),
+    Misconception(
+        "block_norm_after_sublayer", "a block that normalises each sublayer's output instead of its input "
+        "(x = x + ln1(attn(x)))",
+        "Pre-norm normalises what the sublayer reads: x = x + attn(ln1(x)), then x = x + ffn(ln2(x)).",
+        {"TransformerBlock": block_variant(norm_after_sublayer=True)},
+    ),
+    Misconception(
+        "block_norms_without_parameters", "a block that normalises without ln1's and ln2's weight and bias",
+        "Call the block's own LayerNorms, self.ln1(x) and self.ln2(x): their weight and bias are learned "
+        "(and loaded by the grader); F.layer_norm(x, shape) alone leaves them out.",
+        {"TransformerBlock": block_variant(norm_parameters=False)},
     ),
     Misconception(
         "block_attention_without_norm", "a block whose attention reads the stream without ln1",

@@ -379,6 +379,11 @@ def attention_forward(m, x, causal=True, scale="d_head", split="heads_first", me
     return x + out if residual else out
 
 
+def layer_norm_without_parameters(t):
+    """Normalised, but without a LayerNorm's weight and bias: F.layer_norm(x, shape) alone."""
+    return F.layer_norm(t, t.shape[-1:])
+
+
 def block_forward(m, x, post_norm=False, attn_residual=True, ffn_residual=True, first_norm="ln1", second_norm="ln2",
                   normalised_stream=(), attn_norm=True, ffn_norm=True, ffn_reads_block_input=False,
                   ffn_first=False, ffn_residual_from_block_input=False, norm_parameters=True,
@@ -390,8 +395,8 @@ def block_forward(m, x, post_norm=False, attn_residual=True, ffn_residual=True, 
     sublayers = [(getattr(m, first_norm), m.attn, attn_norm, attn_residual),
                  (getattr(m, second_norm), m.ffn, ffn_norm, ffn_residual)]
     for norm, layer, normed, residual in reversed(sublayers) if ffn_first else sublayers:
-        if not norm_parameters:  # normalised, but without the LayerNorm's weight and bias
-            norm = lambda t: F.layer_norm(t, t.shape[-1:])  # noqa: E731
+        if not norm_parameters:
+            norm = layer_norm_without_parameters
         if norm_after_sublayer:
             x = x + norm(layer(x))
             continue
@@ -399,7 +404,7 @@ def block_forward(m, x, post_norm=False, attn_residual=True, ffn_residual=True, 
         h = norm(source) if normed else source
         if not residual:
             x = layer(h)
-        elif layer in (getattr(m, name) for name in normalised_stream):
+        elif any(layer is getattr(m, name) for name in normalised_stream):
             x = h + layer(h)  # the residual added to the normalised copy replaces the stream by it
         else:
             x = (block_input if ffn_residual_from_block_input and layer is m.ffn else x) + layer(h)

@@ -344,7 +344,7 @@ MASKS = {  # what each mask lets query t read, as a (T, T) boolean: True = may a
 
 def attention_forward(m, x, causal=True, scale="d_head", split="heads_first", merge="transpose", project_out=True,
                       mask="lower", fill=float("-inf"), softmax_dim=-1, scale_after_softmax=False, swap_qk=False,
-                      mask_after_softmax=False, one_head=False, residual=False):
+                      mask_after_softmax=False, one_head=False, residual=False, mask_added=False):
     B, T, d_model = x.shape
     H = 1 if one_head else m.n_heads
     d_head = d_model // H
@@ -363,7 +363,9 @@ def attention_forward(m, x, causal=True, scale="d_head", split="heads_first", me
     if not scale_after_softmax:
         scores = scores / divisor
     hidden = ~MASKS[mask](T)
-    if causal and not mask_after_softmax:
+    if mask_added:  # the boolean mask added to the scores as 0s and 1s
+        scores = scores + (~hidden).to(scores.dtype)
+    elif causal and not mask_after_softmax:
         scores = scores.masked_fill(hidden, fill)
     weights = torch.softmax(scores, dim=softmax_dim)
     if causal and mask_after_softmax:
@@ -428,7 +430,8 @@ def attention_variant(bias=("q_proj", "k_proj", "v_proj", "out_proj"), **knobs):
     return make
 
 
-def ffn_variant(activation=None, default_d_ff=None, ignores_d_ff=False, bias=True, after_fc2=False, residual=False):
+def ffn_variant(activation=None, default_d_ff=None, ignores_d_ff=False, bias=True, after_fc2=False, residual=False,
+                only_after_fc2=False):
     def make(reference):
         class Wrong(reference.FeedForward):
             def __init__(self, d_model, d_ff=None):
@@ -443,7 +446,7 @@ def ffn_variant(activation=None, default_d_ff=None, ignores_d_ff=False, bias=Tru
 
             def forward(self, x):
                 act = F.gelu if activation is None else activation
-                out = self.fc2(act(self.fc1(x)))
+                out = act(self.fc2(self.fc1(x))) if only_after_fc2 else self.fc2(act(self.fc1(x)))
                 out = act(out) if after_fc2 else out
                 return x + out if residual else out
 
@@ -684,6 +687,12 @@ MISCONCEPTIONS = (
         {"gelu": gelu_with(lambda x: 0.5 * (1.0 + torch.tanh(x / math.sqrt(2.0))))},
     ),
     Misconception(
+        "gelu_x_times_erf", "GELU as x * erf(x / sqrt 2), without the 1 + and the 1/2",
+        "The weight on x is the normal CDF, Phi(x) = (1 + erf(x / sqrt 2)) / 2, which runs from 0 to 1; "
+        "erf alone runs from -1 to 1.",
+        {"gelu": gelu_with(lambda x: torch.erf(x / math.sqrt(2.0)))},
+    ),
+    Misconception(
         "gelu_missing_half", "GELU without the factor 1/2, x (1 + erf(x / sqrt 2))",
         "Phi(x) = (1 + erf(x / sqrt 2)) / 2 runs from 0 to 1: keep the 0.5, or GELU doubles every positive input.",
         {"gelu": gelu_with(lambda x: 1.0 + torch.erf(x / math.sqrt(2.0)))},
@@ -740,6 +749,12 @@ MISCONCEPTIONS = (
         "masked_fill(mask, value) fills where the mask is True: pass ~allowed (True above the diagonal), not "
         "the lower-triangular mask itself.",
         {"MultiHeadAttention": attention_variant(mask="inverted", fill=-1e9)},
+    ),
+    Misconception(
+        "attention_mask_added", "the 0/1 causal mask added to the scores",
+        "Adding True/False as 1/0 barely changes the scores: the future must get -inf, with "
+        "scores.masked_fill(~allowed, float('-inf')).",
+        {"MultiHeadAttention": attention_variant(mask_added=True)},
     ),
     Misconception(
         "attention_mask_with_zero", "masked scores set to 0 instead of -inf",
@@ -870,6 +885,11 @@ MISCONCEPTIONS = (
         {"FeedForward": ffn_variant(residual=True)},
     ),
     Misconception(
+        "ffn_gelu_after_fc2_only", "a feed-forward layer that applies GELU after fc2 instead of between the layers",
+        "GELU goes between the two layers: fc2(gelu(fc1(x))). After fc2 it leaves fc2(fc1(x)), one linear map.",
+        {"FeedForward": ffn_variant(only_after_fc2=True)},
+    ),
+    Misconception(
         "ffn_no_activation", "a feed-forward layer with no GELU between fc1 and fc2",
         "Without the nonlinearity, fc2(fc1(x)) is one linear map: put gelu between them.",
         {"FeedForward": ffn_variant(activation=lambda h: h)},
@@ -933,6 +953,12 @@ MISCONCEPTIONS = (
         "The sublayers run one after the other: the FFN reads ln2 of the stream attention has just added to, "
         "x = x + ffn(ln2(x)) with the updated x.",
         {"TransformerBlock": block_variant(ffn_reads_block_input=True)},
+    ),
+    Misconception(
+        "block_drops_attention_update", "a block whose output leaves attention's update out (x + ffn(ln2(x)) "
+        "on the block's input)",
+        "Keep attention's result: h = x + attn(ln1(x)), then return h + ffn(ln2(h)).",
+        {"TransformerBlock": block_variant(ffn_reads_block_input=True, ffn_residual_from_block_input=True)},
     ),
     Misconception(
         "block_ffn_before_attention", "a block that runs the feed-forward layer before attention",

@@ -635,6 +635,12 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     if given:
         return [result(check, False, f"`{part.name}` is copied from the course's ready-made `{given[0]}` (given to "
                        "later units), not your own: write the class here") for check in part.checks]
+    imported = [name for name in part.not_from if imports_course_module(source, name)]
+    if imported:
+        module = imported[0].rsplit(".", 1)[0]
+        return [result(check, False, f"the submission imports the course's `{module}`, whose ready-made classes are "
+                       f"given to later units: write `{part.name}` yourself, without that import")
+                for check in part.checks]
     if kind not in ("function", "class"):
         if kind != "missing":
             why = f"`{part.name}` is {kind}, not a function"
@@ -770,6 +776,19 @@ def copies_course_class(source: str, dotted: str) -> bool:
         if matcher.real_quick_ratio() >= COPY_SIMILARITY and matcher.ratio() >= COPY_SIMILARITY:
             return True
     return False
+
+
+def imports_course_module(source: str, dotted: str) -> bool:
+    """Whether the submission's text imports the module of the course's class `dotted`
+    ("coursekit.blocks.FeedForward"): `import coursekit.blocks`, `from coursekit.blocks import
+    ...` or `from coursekit import blocks`. For a module the sandbox must still show (unit 04's
+    grader runs its stand-ins from it), where hiding the file is not an option."""
+    import re
+
+    package, _, module = dotted.rsplit(".", 1)[0].rpartition(".")
+    pattern = (rf"^\s*(import|from)\s+{re.escape(package)}\s*\.\s*{re.escape(module)}\b"
+               rf"|^\s*from\s+{re.escape(package)}\s+import\s+[^\n]*\b{re.escape(module)}\b")
+    return bool(source) and re.search(pattern, source, flags=re.M) is not None
 
 
 def _timeout_text(outcome: Outcome, seconds: float) -> str:

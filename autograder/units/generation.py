@@ -599,13 +599,13 @@ def modes_kept_as(model, modes: str):
 
 
 def generate_with(first_position=False, no_crop=False, new_only=False, modes="restored", last_token_only=False,
-                  keeps_front=False, crop_kept=False, drop_top_k=False):
+                  keeps_front=False, crop_kept=False, drop_top_k=False, one_short=False):
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         prompt_length = idx.shape[1]
         limit = model.config.context_length
         undo = modes_kept_as(model, modes)
         with torch.no_grad():
-            for _ in range(max_new_tokens):
+            for _ in range(max_new_tokens - 1 if one_short else max_new_tokens):
                 context = (idx if no_crop else idx[:, -1:] if last_token_only else idx[:, :limit] if keeps_front
                            else idx[:, -limit:])
                 if crop_kept:  # the cropped sequence replaces the whole one
@@ -622,7 +622,8 @@ def generate_with(first_position=False, no_crop=False, new_only=False, modes="re
 def cached_with(restart_positions=False, not_appended=False, recompute=False, causal_one_query=False,
                 prefill_unmasked=False, no_limit_check=False, own_sampler=False, scale="d_head", not_read=False,
                 one_ahead=False, limit_early=False, shared=False, modes="untouched", assert_limit=False,
-                skip_ln_f=False, heads_view=False, whole_sequence=False, drop_top_k=False):
+                skip_ln_f=False, heads_view=False, whole_sequence=False, drop_top_k=False, slot_one_ahead=False,
+                write_at_step=False, unnamed_limit=False):
     """A KV-cache generator with one thing wrong: attention written out, so every knob is visible."""
 
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
@@ -632,13 +633,16 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
         if assert_limit:
             assert not too_long, "the sequence is too long"
         elif too_long and not no_limit_check:
-            raise ValueError(f"exceeds context_length = {limit}")
+            raise ValueError("the sequence is too long" if unnamed_limit else f"exceeds context_length = {limit}")
         if max_new_tokens == 0:
             return idx.clone()
         undo = (lambda: None) if modes == "untouched" else modes_kept_as(model, modes)
         C, nh = model.config.d_model, model.blocks[0].attn.n_heads
         hs = C // nh
         cache = [[None, None] for _ in model.blocks]
+        # slot_one_ahead and write_at_step: a cache allocated once (zeros) and filled in place, as the
+        # exercise suggests, where a slot's index can go wrong; calls[0] counts the forward steps.
+        allocated, calls = slot_one_ahead or write_at_step, [0]
 
         def forward(tokens, start):
             t = tokens.shape[1]
@@ -650,11 +654,17 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                 q, k, v = (p(h).view(B, nh, t, hs) if heads_view else p(h).view(B, t, nh, hs).transpose(1, 2)
                            for p in (block.attn.q_proj, block.attn.k_proj, block.attn.v_proj))
                 old_k, old_v = cache[slot]
-                if old_k is not None and not recompute:
+                if allocated:
+                    if old_k is None:
+                        cache[slot] = old_k, old_v = [k.new_zeros(B, nh, T + max_new_tokens, hs) for _ in "kv"]
+                    where = calls[0] - 1 if write_at_step and calls[0] else start  # step s written at slot s
+                    old_k[:, :, where:where + t], old_v[:, :, where:where + t] = k, v
+                    k_all, v_all = old_k[:, :, :start + t], old_v[:, :, :start + t]
+                elif old_k is not None and not recompute:
                     k_all, v_all = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
                 else:
                     k_all, v_all = k, v
-                if not not_appended or old_k is None:
+                if not allocated and (not not_appended or old_k is None):
                     cache[slot] = [k_all, v_all]
                 if not_read:  # stored, but the new queries attend over this step's own keys only
                     k_all, v_all = k, v
@@ -667,6 +677,7 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                 y = torch.softmax(scores, dim=-1) @ v_all
                 x = x + block.attn.out_proj(y.transpose(1, 2).reshape(B, t, C))
                 x = x + block.ffn(block.ln2(x))
+            calls[0] += 1
             return model.lm_head(x if skip_ln_f else model.ln_f(x))[:, -1]
 
         def sample(logits):
@@ -685,7 +696,8 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                 out = torch.cat([out, sample(logits)[:, None]], dim=1)
                 if step + 1 < max_new_tokens:
                     logits = forward(out if recompute or whole_sequence else out[:, -1:],
-                                     0 if recompute or whole_sequence else out.shape[1] if one_ahead else T + step)
+                                     0 if recompute or whole_sequence else out.shape[1] if one_ahead or slot_one_ahead
+                                     else T + step)
         undo()
         return out
 
@@ -808,6 +820,11 @@ MISCONCEPTIONS = (
         {"generate": generate_with(drop_top_k=True), "generate_cached": cached_with(drop_top_k=True)},
     ),
     Misconception(
+        "generate_one_token_short", "a generator whose loop makes max_new_tokens - 1 tokens",
+        "Loop `for _ in range(max_new_tokens)`: each pass appends one token, and max_new_tokens=0 makes none.",
+        {"generate": generate_with(one_short=True)},
+    ),
+    Misconception(
         "generate_crops_front", "a generator that keeps the first context_length tokens instead of the last",
         "Once the sequence outgrows the context, the next token depends on the most recent tokens: "
         "idx[:, -context_length:], not idx[:, :context_length].",
@@ -840,6 +857,26 @@ MISCONCEPTIONS = (
         "The token fed at step s was just appended at position T + s, which is the sequence's length minus one, "
         "not its length.",
         {"generate_cached": cached_with(one_ahead=True)},
+    ),
+    Misconception(
+        "cache_slot_one_ahead", "a cache allocated once whose cached steps write and look up the new token one "
+        "position too far",
+        "The token fed at step s sits at position T + s (the sequence's length minus one): both its pos_emb lookup "
+        "and its slot in the cache. One too far leaves slot T empty, and every later step attends to it.",
+        {"generate_cached": cached_with(slot_one_ahead=True)},
+    ),
+    Misconception(
+        "cache_written_at_step", "a cache allocated once whose new keys are written at the step's index instead of "
+        "the token's position",
+        "Step s's keys and values go into slot T + s, after the prompt's; slot s holds a prompt token's, and "
+        "writing there overwrites them.",
+        {"generate_cached": cached_with(write_at_step=True)},
+    ),
+    Misconception(
+        "cache_limit_error_unnamed", "a ValueError for a too-long request that does not say what the limit is",
+        "Put the value of context_length in the message (f\"... exceeds context_length = {limit}\"): the caller "
+        "then knows how far to shorten the prompt or max_new_tokens.",
+        {"generate_cached": cached_with(unnamed_limit=True)},
     ),
     Misconception(
         "cache_limit_one_early", "a context check that refuses a sequence of exactly context_length tokens",

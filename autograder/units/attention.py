@@ -135,6 +135,11 @@ def softmax_shift_in_numerator_only(ref, x, axis=-1):
     return np.exp(x - x.max(axis=axis, keepdims=True)) / np.exp(x).sum(axis=axis, keepdims=True)
 
 
+def softmax_shifted_by_mean(ref, x, axis=-1):
+    e = np.exp(x - x.mean(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
 def softmax_divided_by_max(ref, x, axis=-1):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.max(axis=axis, keepdims=True)
@@ -197,6 +202,20 @@ def sdpa_mask_by_boolean_index(ref, Q, K, V, mask=None):
     return weights @ V, weights
 
 
+def sdpa_returns_scores(ref, Q, K, V, mask=None):
+    scores = scaled_scores(Q, K)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    return ref.softmax(scores, axis=-1) @ V, scores
+
+
+def sdpa_mask_truthiness(ref, Q, K, V, mask=None):
+    # An array of more than one element (every graded mask) has no truth value: ValueError.
+    if mask:
+        return ref.scaled_dot_product_attention(Q, K, V, mask=mask)
+    return ref.scaled_dot_product_attention(Q, K, V)
+
+
 def sdpa_mask_ignored(ref, Q, K, V, mask=None):
     return ref.scaled_dot_product_attention(Q, K, V)
 
@@ -242,6 +261,10 @@ def self_attention_qk_swapped(ref, x, W_q, W_k, W_v, mask=None):
 
 def self_attention_mask_ignored(ref, x, W_q, W_k, W_v, mask=None):
     return ref.self_attention(x, W_q, W_k, W_v)
+
+
+def self_attention_keys_from_W_q(ref, x, W_q, W_k, W_v, mask=None):
+    return ref.self_attention(x, W_q, W_q, W_v, mask=mask)
 
 
 def self_attention_values_from_W_k(ref, x, W_q, W_k, W_v, mask=None):
@@ -306,6 +329,13 @@ MISCONCEPTIONS = (
         {"softmax": lambda ref, x, axis=-1: np.exp(x) / np.exp(x).sum()},
     ),
     Misconception(
+        "softmax_shift_by_mean",
+        "a softmax shifted by each row's mean instead of its maximum",
+        "Entries far above the mean still overflow in np.exp: subtract the maximum, so every exponent is "
+        "<= 0.",
+        {"softmax": softmax_shifted_by_mean},
+    ),
+    Misconception(
         "softmax_divides_by_max",
         "a softmax divided by the row's largest exponential instead of by their sum",
         "Subtracting the maximum is for stability only; to normalise, divide by the sum of the "
@@ -359,6 +389,13 @@ MISCONCEPTIONS = (
         },
     ),
     Misconception(
+        "scale_power_precedence",
+        "scores divided by d_k ** 1/2, which Python reads as (d_k ** 1) / 2 = d_k / 2",
+        "** binds tighter than /: write d_k ** 0.5, d_k ** (1 / 2) or np.sqrt(d_k).",
+        # (For d_k = 4, d_k / 2 is sqrt(d_k): the checks with other widths catch it.)
+        {"scaled_dot_product_attention": sdpa_rescaled(lambda d_k, d_v: np.sqrt(d_k) / (d_k / 2))},
+    ),
+    Misconception(
         "scale_by_n_keys",
         "scores scaled with the number of keys (K.shape[-2]) instead of their width d_k",
         "d_k is the length of each query and key vector, the LAST axis: Q.shape[-1] (or K.shape[-1]), "
@@ -396,6 +433,12 @@ MISCONCEPTIONS = (
         "Axis 0 is the queries' axis without batch axes and a batch axis with them: each query's weights "
         "over the keys must sum to one, so take the softmax along axis=-1.",
         {"scaled_dot_product_attention": sdpa_softmax_along(0)},
+    ),
+    Misconception(
+        "returns_scores_not_weights",
+        "the scores returned in place of the weights",
+        "Return the softmax of the scores, the weights that multiply V: `return weights @ V, weights`.",
+        {"scaled_dot_product_attention": sdpa_returns_scores},
     ),
     Misconception(
         "mask_after_softmax",
@@ -437,6 +480,13 @@ MISCONCEPTIONS = (
         {"scaled_dot_product_attention": sdpa_mask_added},
     ),
     Misconception(
+        "mask_truth_tested",
+        "`if mask:` used to ask whether a mask was given",
+        "An array has no single truth value, so `if mask:` raises ValueError as soon as a mask is passed: "
+        "write `if mask is not None:`.",
+        {"scaled_dot_product_attention": sdpa_mask_truthiness},
+    ),
+    Misconception(
         "mask_filled_with_zero",
         "masked scores set to 0 instead of -inf",
         "A score of 0 still gets weight exp(0) = 1 before normalising: use -np.inf (or a very "
@@ -456,6 +506,12 @@ MISCONCEPTIONS = (
         "scaled_dot_product_attention returns (out, weights); self_attention returns only the output: "
         "`out, _ = scaled_dot_product_attention(...)`, then `return out`.",
         {"self_attention": self_attention_returns_pair},
+    ),
+    Misconception(
+        "keys_from_W_q",
+        "keys made with W_q (K = x @ W_q), so every query is compared with itself",
+        "Three projections, three weights: Q = x @ W_q, K = x @ W_k and V = x @ W_v.",
+        {"self_attention": self_attention_keys_from_W_q},
     ),
     Misconception(
         "values_from_W_k",

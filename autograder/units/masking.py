@@ -374,6 +374,12 @@ def csa_length_from_last_axis(ref, x, W_q, W_k, W_v):
     return ref.self_attention(x, W_q, W_k, W_v, mask=ref.causal_mask(x.shape[-1]))
 
 
+def csa_mask_by_boolean_index(ref, x, W_q, W_k, W_v):
+    scores = _scores(x, W_q, W_k)
+    scores[~ref.causal_mask(x.shape[-2])] = -np.inf  # IndexError unless the scores are (n, n)
+    return ref.softmax(scores, axis=-1) @ (x @ W_v)
+
+
 def csa_mask_added(ref, x, W_q, W_k, W_v):
     mask = ref.causal_mask(x.shape[-2])
     weights = ref.softmax(_scores(x, W_q, W_k) + mask.astype(float), axis=-1)
@@ -476,6 +482,13 @@ MISCONCEPTIONS = (
         },
     ),
     Misconception(
+        "mask_all_allowed",
+        "a mask that allows every pair (all True): the triangle is missing",
+        "Start from np.ones((n, n), dtype=bool), then keep only the lower triangle with np.tril: query i "
+        "may read keys 0..i, never the later ones.",
+        {"causal_mask": mask_variant(lambda n: np.ones((n, n), dtype=bool))},
+    ),
+    Misconception(
         "mask_additive_float",
         "an additive float mask (0 and -inf) where the contract asks for a boolean one",
         "An additive mask is added to the scores; this course's causal_mask is the boolean one, True "
@@ -509,6 +522,13 @@ MISCONCEPTIONS = (
         "x is (..., n, d_model): the tokens are on axis -2, so use causal_mask(x.shape[-2]); the last "
         "axis holds each token's features.",
         {"causal_self_attention": csa_length_from_last_axis},
+    ),
+    Misconception(
+        "mask_boolean_index_no_broadcast",
+        "masking with boolean indexing (scores[~mask] = -np.inf), which needs a mask of exactly the scores' shape",
+        "The (n, n) mask does not index scores with batch axes in front; np.where(mask, scores, -np.inf) "
+        "broadcasts it over them (or pass mask= to self_attention).",
+        {"causal_self_attention": csa_mask_by_boolean_index},
     ),
     Misconception(
         "mask_added_to_scores",
@@ -564,6 +584,13 @@ MISCONCEPTIONS = (
         "The last token has no next token to predict, so it is not an input: inputs = tokens[..., :-1], "
         "the same length as the targets.",
         {"next_token_pairs": lambda ref, tokens: (tokens, tokens[..., 1:])},
+    ),
+    Misconception(
+        "pairs_drop_two",
+        "inputs and targets that both drop one token too many (tokens[..., :-2] and tokens[..., 1:-1])",
+        "Every token but the last is an input and every token but the first a target: tokens[..., :-1] "
+        "and tokens[..., 1:], n - 1 pairs.",
+        {"next_token_pairs": lambda ref, tokens: (tokens[..., :-2], tokens[..., 1:-1])},
     ),
     Misconception(
         "targets_rolled",
@@ -625,9 +652,11 @@ MISCONCEPTIONS = (
     ),
     Misconception(
         "detector_checks_after_i",
-        "a detector that compares the outputs AFTER position i (or every output) instead of only those up to i",
+        "a detector that compares the outputs after position i (or every output), or whose changes pile "
+        "up because it changes x itself (x2 = x, not a copy)",
         "Outputs after i are allowed to change when inputs after i change; the question is whether "
-        "outputs 0..i stay put: compare out[:i + 1].",
+        "outputs 0..i stay put: compare out[:i + 1]. And change a fresh copy each time "
+        "(x2 = x.copy()), or the changes made for earlier i reach positions up to i.",
         {"looks_causal": detector(compare="after")},
     ),
     Misconception(

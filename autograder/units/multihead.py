@@ -228,6 +228,27 @@ def merge_heads_first(x):
     return np.concatenate(list(x), axis=-1)
 
 
+def split_swapping_last_axes(x, n_heads):
+    """The reshape, then the LAST two axes swapped: (..., n, d_head, n_heads)."""
+    *lead, n, d_model = x.shape
+    return np.swapaxes(x.reshape(*lead, n, n_heads, d_model // n_heads), -2, -1)
+
+
+def merge_swapping_last_axes(x):
+    *lead, n_heads, n, d_head = x.shape
+    return np.swapaxes(x, -2, -1).reshape(*lead, n, n_heads * d_head)
+
+
+def split_unbatched_only(x, n_heads):
+    """.transpose(1, 0, 2): right for one (n, d_model) sequence only."""
+    n, d_model = x.shape[-2:]
+    return x.reshape(n, n_heads, d_model // n_heads).transpose(1, 0, 2)
+
+
+def merge_unbatched_only(x):
+    return x.transpose(1, 0, 2).reshape(x.shape[1], -1)
+
+
 def split_fixed_axes(x, n_heads):
     """.transpose(0, 2, 1, 3): right for (batch, n, d_model) inputs only; any other rank raises."""
     *lead, n, d_model = x.shape
@@ -241,7 +262,8 @@ def merge_fixed_axes(x):
 
 def mha_built(ref, x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, split=None, merge=None,
               scale=lambda d_head, d_model: np.sqrt(d_head), allowed=causal_allowed, softmax_axis=-1,
-              project=lambda merged, W_o: merged @ W_o, transpose_weights=False, length=lambda x: x.shape[-2]):
+              project=lambda merged, W_o: merged @ W_o, transpose_weights=False, length=lambda x: x.shape[-2],
+              mask_after_softmax=False):
     """The reference's recipe with one ingredient swapped (the defaults give the reference)."""
     split = split or ref.split_heads
     merge = merge or ref.merge_heads
@@ -249,9 +271,11 @@ def mha_built(ref, x, W_q, W_k, W_v, W_o, n_heads, causal=True, *, split=None, m
         W_q, W_k, W_v, W_o = W_q.T, W_k.T, W_v.T, W_o.T
     q, k, v = (split(x @ W, n_heads) for W in (W_q, W_k, W_v))
     scores = q @ np.swapaxes(k, -1, -2) / scale(q.shape[-1], x.shape[-1])
-    if causal:
+    if causal and not mask_after_softmax:
         scores = np.where(allowed(length(x)), scores, -np.inf)
     weights = ref.softmax(scores, axis=softmax_axis)
+    if causal and mask_after_softmax:
+        weights = np.where(allowed(length(x)), weights, 0.0)
     return project(merge(weights @ v), W_o)
 
 
@@ -331,6 +355,26 @@ MISCONCEPTIONS = (
         {
             "split_heads": lambda ref, x, n_heads: split_heads_first(x, n_heads),
             "merge_heads": lambda ref, x: merge_heads_first(x),
+        },
+    ),
+    Misconception(
+        "heads_swap_last_two_axes",
+        "the last two axes swapped (np.swapaxes(x, -2, -1)) instead of the head and token axes (-3 and -2)",
+        "After x.reshape(..., n, n_heads, d_head), the token axis is -3 and the head axis -2: swap those, "
+        "np.swapaxes(x, -3, -2), to get (..., n_heads, n, d_head); merge_heads swaps them back.",
+        {
+            "split_heads": lambda ref, x, n_heads: split_swapping_last_axes(x, n_heads),
+            "merge_heads": lambda ref, x: merge_swapping_last_axes(x),
+        },
+    ),
+    Misconception(
+        "heads_transposed_for_one_sequence",
+        "heads moved with .transpose(1, 0, 2), which only fits one unbatched (n, d_model) sequence",
+        "Name the two axes to swap from the end, so any number of batch axes works: np.swapaxes(x, -3, -2) "
+        "after reshaping to (..., n, n_heads, d_head), and before the reshape in merge_heads.",
+        {
+            "split_heads": lambda ref, x, n_heads: split_unbatched_only(x, n_heads),
+            "merge_heads": lambda ref, x: merge_unbatched_only(x),
         },
     ),
     Misconception(
@@ -415,6 +459,27 @@ MISCONCEPTIONS = (
         "True means 'may attend', and token i may attend to tokens 0..i: the lower triangle, "
         "np.tril(np.ones((n, n), dtype=bool)).",
         {"multi_head_attention": mha_variant(allowed=lambda n: np.triu(np.ones((n, n), dtype=bool)))},
+    ),
+    Misconception(
+        "mask_blocked_convention",
+        "a mask that is True where attending is FORBIDDEN (np.triu(..., k=1)) used as the allowed one",
+        "np.where(mask, scores, -np.inf) keeps the scores where the mask is True, so the mask must mark "
+        "the ALLOWED pairs: np.tril(np.ones((n, n), dtype=bool)). The blocked one lets each token read "
+        "only the future, and the last token nothing at all (NaN).",
+        {"multi_head_attention": mha_variant(allowed=lambda n: np.triu(np.ones((n, n), dtype=bool), k=1))},
+    ),
+    Misconception(
+        "mask_after_softmax",
+        "the mask applied to the weights after the softmax (zeroed, not renormalised)",
+        "Put -inf into the masked scores before the softmax, so each row's remaining weights still sum "
+        "to one.",
+        {"multi_head_attention": mha_variant(mask_after_softmax=True)},
+    ),
+    Misconception(
+        "seq_len_from_last_axis",
+        "the mask's length taken from the model width (x.shape[-1] or d_model) instead of x.shape[-2]",
+        "The causal mask is (n, n) with n = x.shape[-2], the number of tokens; d_model is each token's width.",
+        {"multi_head_attention": mha_variant(length=lambda x: x.shape[-1])},
     ),
     Misconception(
         "softmax_over_queries",

@@ -195,7 +195,9 @@ def test_the_check_cell_test_would_catch_a_check_cell_that_hands_over_a_graded_f
     # other way, pasted into the answer cell, is the answer.
     cells = [("check_softmax: line 1", "import numpy as np\n\ndef softmax_by_logsumexp(z, axis=-1):\n"
                                        "    m = z.max(axis=axis, keepdims=True)\n"
-                                       "    return np.exp(z - m - np.log(np.exp(z - m).sum(axis=axis, keepdims=True)))\n")]
+                                       "    log_total = np.log(np.exp(z - m).sum(axis=axis, keepdims=True))\n"
+                                       "    return np.exp(z - m - log_total)\n")]
     earned = earned_in_place_of_parts("01_attention", cells)
-    assert earned.get("softmax <- softmax_by_logsumexp", 0) == UNITS["01_attention"].part("softmax").points - sum(
-        c.points for c in UNITS["01_attention"].part("softmax").checks if c.kind == "unchanged")
+    softmax = UNITS["01_attention"].part("softmax")
+    value_points = sum(c.points for c in softmax.checks if c.kind != "unchanged")
+    assert earned.get("softmax <- softmax_by_logsumexp", 0) == value_points > 0

@@ -101,7 +101,8 @@ def test_every_exercise_opens_with_a_table_of_its_parts_whose_points_are_the_gra
         named = re.match(r"`(\w+)[(`]", cells[1])
         if named is None:
             continue  # a row for what is not graded
-        assert re.fullmatch(r"★+☆*", cells[4]) and cells[5], f"{unit}: the row of {named[1]} needs a difficulty and a time"
+        assert re.fullmatch(r"★+☆*", cells[4]) and cells[5], (
+            f"{unit}: the row of {named[1]} needs a difficulty and a time")
         listed[named[1]] = float(cells[3])
     spec = UNITS[unit]
     assert listed == {part.name: part.points for part in spec.parts}, (

@@ -506,7 +506,17 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
     return diagnose_ids(result, expected, inputs)
 
 
+def _same_values(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and bool(torch.equal(a, b))
+    if isinstance(a, tuple | list) and isinstance(b, tuple | list):
+        return len(a) == len(b) and all(_same_values(x, y) for x, y in zip(a, b, strict=True))
+    return type(a) is type(b) and a == b
+
+
 def diagnose_ids(result, expected, inputs: Inputs, prompt=None) -> str | None:
+    if not isinstance(expected, torch.Tensor):  # a catalogued variant's odd result, compared with the student's
+        return None if _same_values(result, expected) else "the results differ"
     if not isinstance(result, torch.Tensor):
         return f"returned {describe(result)}, expected a tensor of token ids of shape {tuple(expected.shape)}"
     if result.dtype.is_floating_point or result.dtype == torch.bool:
@@ -526,6 +536,10 @@ def diagnose_ids(result, expected, inputs: Inputs, prompt=None) -> str | None:
     if len(differ) == 0:
         return None
     if prompt is None:
+        if result.ndim != 1:  # ids of the wrong shape (a catalogued variant's, compared with the student's)
+            got, want = result.reshape(-1), expected.reshape(-1)
+            first = int((got != want).nonzero()[0][0])
+            return f"id {first} of the flattened ids is {int(got[first])}, expected {int(want[first])}"
         row = int(differ[0][0])
         return f"row {row} gave id {int(result[row])}, expected {int(expected[row])}"
     row, position = (int(v) for v in differ[0])
@@ -557,9 +571,11 @@ def diagnose_left_alone(result, expected) -> str | None:
 
 def sample_with(after_softmax=False, k_plus_one=False, exactly_k=False, over_batch=False, ignore_generator=False,
                 no_greedy=False, keepdim=False, multiplied=False, drops_kth=False, ignore_top_k=False,
-                on_logits=False, flat_argmax=False):
+                on_logits=False, flat_argmax=False, max_pair=False):
     def variant(reference, logits, temperature=1.0, top_k=None, generator=None):
         if temperature == 0 and not no_greedy:
+            if max_pair:
+                return torch.max(logits, dim=-1)
             return logits.argmax() if flat_argmax else logits.argmax(dim=-1, keepdim=keepdim)
         scaled = logits if after_softmax else logits * temperature if multiplied else logits / temperature
         if top_k is not None and not ignore_top_k:
@@ -599,7 +615,7 @@ def modes_kept_as(model, modes: str):
 
 
 def generate_with(first_position=False, no_crop=False, new_only=False, modes="restored", last_token_only=False,
-                  keeps_front=False, crop_kept=False, drop_top_k=False, one_short=False):
+                  keeps_front=False, crop_kept=False, drop_top_k=False, one_short=False, double_temperature=False):
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
         prompt_length = idx.shape[1]
         limit = model.config.context_length
@@ -611,6 +627,8 @@ def generate_with(first_position=False, no_crop=False, new_only=False, modes="re
                 if crop_kept:  # the cropped sequence replaces the whole one
                     idx = context
                 logits = model(context)[:, 0 if first_position else -1, :]
+                if double_temperature:  # divided here, and again in sample_next
+                    logits = logits / (temperature or 1.0)
                 next_id = reference.sample_next(logits.detach(), temperature, None if drop_top_k else top_k, generator)
                 idx = torch.cat([idx, next_id[:, None]], dim=1)
         undo()
@@ -623,7 +641,7 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                 prefill_unmasked=False, no_limit_check=False, own_sampler=False, scale="d_head", not_read=False,
                 one_ahead=False, limit_early=False, shared=False, modes="untouched", assert_limit=False,
                 skip_ln_f=False, heads_view=False, whole_sequence=False, drop_top_k=False, slot_one_ahead=False,
-                write_at_step=False, unnamed_limit=False):
+                write_at_step=False, unnamed_limit=False, first_position=False):
     """A KV-cache generator with one thing wrong: attention written out, so every knob is visible."""
 
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
@@ -678,7 +696,7 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                 x = x + block.attn.out_proj(y.transpose(1, 2).reshape(B, t, C))
                 x = x + block.ffn(block.ln2(x))
             calls[0] += 1
-            return model.lm_head(x if skip_ln_f else model.ln_f(x))[:, -1]
+            return model.lm_head(x if skip_ln_f else model.ln_f(x))[:, 0 if first_position else -1]
 
         def sample(logits):
             if own_sampler and temperature != 0:  # Gumbel-max: the right distribution, other random numbers
@@ -765,6 +783,11 @@ MISCONCEPTIONS = (
         {"sample_next": sample_with(flat_argmax=True)},
     ),
     Misconception(
+        "greedy_returns_max_pair", "greedy as torch.max(logits, dim=-1), which returns the values and the indices",
+        "torch.max with a dim returns a pair (values, indices): take .indices, or use logits.argmax(dim=-1).",
+        {"sample_next": sample_with(max_pair=True)},
+    ),
+    Misconception(
         "ids_keep_last_dim", "ids of shape (B, 1) instead of (B,)",
         "torch.multinomial(probs, 1) returns (B, 1): .squeeze(-1) it (and argmax without keepdim).",
         {"sample_next": sample_with(keepdim=True)},
@@ -772,7 +795,7 @@ MISCONCEPTIONS = (
     Misconception(
         "generate_first_position", "the next token sampled from the first position's logits",
         "The last position predicts the next token: logits[:, -1, :].",
-        {"generate": generate_with(first_position=True)},
+        {"generate": generate_with(first_position=True), "generate_cached": cached_with(first_position=True)},
     ),
     Misconception(
         "generate_no_crop", "a generator that feeds the model more than context_length tokens",
@@ -823,6 +846,12 @@ MISCONCEPTIONS = (
         "generate_one_token_short", "a generator whose loop makes max_new_tokens - 1 tokens",
         "Loop `for _ in range(max_new_tokens)`: each pass appends one token, and max_new_tokens=0 makes none.",
         {"generate": generate_with(one_short=True)},
+    ),
+    Misconception(
+        "generate_double_temperature", "a generator that divides the logits by the temperature before sample_next, "
+        "which divides them again",
+        "Hand sample_next the raw logits of the last position: it applies the temperature (and top_k) itself.",
+        {"generate": generate_with(double_temperature=True)},
     ),
     Misconception(
         "generate_crops_front", "a generator that keeps the first context_length tokens instead of the last",

@@ -11,14 +11,20 @@ attention results are also checked against an oracle written here in float64.
   The catalogued variants, which are the course's own code, show theirs by a census of the
   tensors they create.
 - `time_fn` is handed a function of the grader's whose calls take known, different times
-  (a callback that sleeps here), so the median, the warm-up and the per-call division show.
+  (a callback that sleeps here), so the median, the warm-up and the per-call division show; and
+  once a `coursekit.simulated_gpu.SimulatedGPU`, built where the timer runs, whose calls only queue
+  work that `torch.cuda.synchronize` waits for, with an argument that says it is on a CUDA device:
+  a timer that does not synchronise measures next to nothing.
 - `train` trains the course's own GPT (`coursekit.gpt.GPT`, built in the worker from a start the
   grader chose) for a few steps on the CPU. The trained weights then cross to the grader as data,
   and every facet is the grader's own measurement on them: the training loss before and after
   (it drops; it keeps pace with the reference's training from the same start, which gradients
   that pile up do not), the improvement on held-out text against training text (training on
-  the held-out part shows), and what the model predicts (the next byte, not the current one).
-  The list `train` returns is only checked against those measurements.
+  the held-out part shows), and what the model predicts (the next byte, not the current or the
+  previous one). The list `train` returns is checked against those measurements, and for how much
+  it jumps from step to step (a loss over the last position of each window only jumps about
+  sqrt(T) times as much as a mean over all of them); the gradients left in the model after
+  training tell a loop that never steps from one that clears them between backward and step.
 """
 
 from __future__ import annotations

@@ -2,8 +2,13 @@
 
 The reference is the solution notebook (`solutions/05_model/model.ipynb`). Independent
 oracles where there is one: `count_parameters` against `sum(p.numel())` of the reference
-model built on PyTorch's meta device (shapes only) and against GPT-2's published sizes,
+model built on PyTorch's meta device (shapes only) and against GPT-2's published size,
 `sinusoidal_positions` and `rope` against formulas written here with complex numbers.
+
+The counts are graded term by term (how the count changes with each field of the config;
+each key of the breakdown), so that a slip in one small term costs less than a wrong big one.
+`GPT`'s initialisation is graded on a freshly built model: its first loss and its weights'
+statistics (GPT-2's scheme, see "initialisation" below).
 
 The model and the counting functions are given plain records of the configuration
 (`api.record`), not the student's `GPTConfig`: a mistake in one part never costs points
@@ -28,12 +33,7 @@ F64 = Tolerance(rtol=1e-7, atol=1e-9)
 TABLE = Tolerance(rtol=0.0, atol=1e-4)  # the contract's tolerance for the sinusoid table
 EXACT = Tolerance(rtol=0.0, atol=0.0)
 
-GPT2 = {  # name: (n_layers, d_model, n_heads, published parameter count with tied embeddings)
-    "small": (12, 768, 12, 124_439_808),
-    "medium": (24, 1024, 16, 354_823_168),
-    "large": (36, 1280, 20, 774_030_080),
-    "xl": (48, 1600, 25, 1_557_611_200),
-}
+GPT2_SMALL = 124_439_808  # the published parameter count of GPT-2 small (tied embeddings)
 
 
 def ref():
@@ -63,8 +63,12 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
             return (f"expected a {expected['error']} for a sequence longer than context_length, "
                     f"got {got or 'no error'}")
         return None
-    if isinstance(expected, dict) and "breakdown" in expected:
-        return diagnose_breakdown(result, expected)
+    if isinstance(expected, dict) and ("loss" in expected or "labels" in expected):
+        return diagnose_init(result, expected)
+    if isinstance(expected, dict) and "term" in expected:
+        return diagnose_term(result, expected, inputs)
+    if isinstance(expected, dict) and "breakdowns" in expected:
+        return diagnose_breakdown(result, expected, inputs)
     if isinstance(expected, int | float) and not isinstance(expected, bool):
         if not isinstance(result, int | float | np.integer | np.floating) or isinstance(result, bool | np.bool_):
             return f"expected a number, got {describe(result)}"
@@ -77,28 +81,37 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
             want = "share token_emb's weight" if expected["tied"] else "have a weight of its own"
             return f"with tie_weights={expected['tied']}, lm_head should {want}"
         return diagnose_tensors(result.get("parameters"), expected["parameters"], inputs, tol)
+    if isinstance(expected, torch.Tensor) and isinstance(result, torch.Tensor) and result.dtype != expected.dtype \
+            and all(isinstance(a, int) for a in inputs.args):  # a table made from sizes alone
+        return f"the table has dtype {result.dtype}, expected {expected.dtype} (convert it with .float() at the end)"
     return diagnose_tensors(result, expected, inputs, tol)
 
 
-def diagnose_breakdown(result, expected) -> str | None:
-    if not isinstance(result, dict) or not isinstance(result.get("breakdown"), dict):
-        return f"expected a dict, got {describe(result)}"
-    got, want = result["breakdown"], expected["breakdown"]
-    keys = {"embeddings", "attention", "ffn", "norms", "lm_head"}
-    if set(got) != keys:
-        return f"the keys are {sorted(got)}, expected {sorted(keys)}"
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in got.values()):
-        return "every value should be a number of parameters"
-    if sum(got.values()) != expected["total"]:
-        return f"the parts sum to {sum(got.values()):,}, but the model has {expected['total']:,} parameters"
-    for key in ("attention", "ffn", "norms"):
-        if got[key] != want[key]:
-            return f"`{key}` is {got[key]:,}, expected {want[key]:,}"
-    # A tied matrix may be counted under embeddings or under lm_head: both are accepted.
-    if got["embeddings"] + got["lm_head"] != want["embeddings"] + want["lm_head"]:
-        return "`embeddings` and `lm_head` together are off"
-    if got["embeddings"] not in (want["embeddings"], want["embeddings"] + want["lm_head"]) and not expected["tied"]:
-        return f"`embeddings` is {got['embeddings']:,}, expected {want['embeddings']:,}"
+def diagnose_breakdown(result, expected, inputs: Inputs) -> str | None:
+    if not isinstance(result, dict) or not isinstance(result.get("breakdowns"), dict):
+        return f"could not read the breakdowns ({describe(result)})"
+    term = inputs.kwargs["term"]
+    for name, want in expected["breakdowns"].items():
+        got = result["breakdowns"].get(name)
+        if not isinstance(got, dict):
+            return f"{name}: expected a dict, got {describe(got)}"
+        if set(got) != set(BREAKDOWN_KEYS):
+            return f"{name}: the keys are {sorted(got)}, expected {sorted(BREAKDOWN_KEYS)}"
+        if not all(_is_number(v) for v in got.values()):
+            return f"{name}: every value should be a number of parameters"
+        total = expected["totals"][name]
+        if term == "total" and sum(got.values()) != total:
+            return f"{name}: the parts sum to {sum(got.values()):,}, but the model has {total:,} parameters"
+        if term in ("attention", "ffn", "norms") and got[term] != want[term]:
+            return f"{name}: `{term}` is {got[term]:,}, expected {want[term]:,}"
+        if term == "embeddings":
+            # A tied matrix may be counted under embeddings or under lm_head: both are accepted.
+            tied = want["lm_head"] == 0
+            if got["embeddings"] + got["lm_head"] != want["embeddings"] + want["lm_head"]:
+                return (f"{name}: `embeddings` and `lm_head` together are {got['embeddings'] + got['lm_head']:,}, "
+                        f"expected {want['embeddings'] + want['lm_head']:,}")
+            if not tied and got["embeddings"] != want["embeddings"]:
+                return f"{name}: `embeddings` is {got['embeddings']:,}, expected {want['embeddings']:,}"
     return None
 
 
@@ -106,7 +119,7 @@ def diagnose_breakdown(result, expected) -> str | None:
 
 
 def config_probe(positional):
-    fields = config_fields(50, 16, 8, 2, 2)
+    fields = config_fields(50, 16, 8, 3, 2)  # every size different, so that a swap shows
 
     def probe(api, inputs: Inputs):
         given = list(fields.values())[:5]
@@ -150,7 +163,14 @@ def random_state(fields, seed):
 def built_model(api, inputs: Inputs):
     config = api.record(**inputs.kwargs["fields"])
     model = api.new("GPT", config)
-    api.method(model, "load_state_dict", inputs.kwargs["state"])
+    state = inputs.kwargs["state"]
+    # What the contract does not name (a persistent buffer of position ids, say) keeps the
+    # model's own value: the weights are loaded strictly, by the contract's names, and an extra
+    # parameter is the structure checks' business.
+    own = api.method(model, "state_dict")
+    if isinstance(own, dict):
+        state = {**{name: value for name, value in own.items() if name not in state}, **state}
+    api.method(model, "load_state_dict", state)
     api.method(model, "eval", keep=True)
     return model
 
@@ -182,14 +202,17 @@ def too_long_probe(api, inputs: Inputs):
 
 
 def tying_probe(api, inputs: Inputs):
-    """Whether lm_head shares token_emb's Parameter (named_parameters lists a shared
-    Parameter once), and the parameters' names and shapes."""
+    """Whether lm_head shares token_emb's Parameter (named_parameters lists a shared Parameter
+    once), and the parameters' names and shapes: parameters only, since a buffer the contract
+    does not ask for (position ids, say) is the student's own affair."""
     config = api.record(**inputs.kwargs["fields"])
     model = api.new("GPT", config)
     names = set(api.grads(model))
     state = api.method(model, "state_dict")
+    if not isinstance(state, dict):
+        return state  # the comparison says what it is
     return {"tied": "lm_head.weight" not in names,
-            "parameters": {"parameters": {k: list(v.shape) for k, v in state.items()}}}
+            "parameters": {"parameters": {k: list(getattr(v, "shape", ())) for k, v in state.items() if k in names}}}
 
 
 def gradient_probe(api, inputs: Inputs):
@@ -207,10 +230,21 @@ def count_probe(api, inputs: Inputs):
     return api.call("count_parameters", api.record(**inputs.kwargs["fields"]))
 
 
+BREAKDOWN_CONFIGS = {  # what a message calls it: its configuration
+    "GPT-2 small (tied)": config_fields(50257, 1024, 768, 12, 12),
+    "a small untied model with d_ff=20": config_fields(40, 12, 8, 2, 2, d_ff=20, tie_weights=False),
+    "d_model 12, 3 layers, 3 heads (tied)": config_fields(37, 9, 12, 3, 3),
+}
+BREAKDOWN_KEYS = ("embeddings", "attention", "ffn", "norms", "lm_head")
+
+
 def breakdown_probe(api, inputs: Inputs):
-    fields = inputs.kwargs["fields"]
-    breakdown = api.call("parameter_breakdown", api.record(**fields))
-    return {"breakdown": breakdown, "total": numel_oracle(inputs), "tied": fields["tie_weights"]}
+    """The student's breakdown of each of BREAKDOWN_CONFIGS, with what it must sum to; a check
+    judges one term of it (`inputs.kwargs["term"]`), so that a slip in one term costs that term."""
+    return {"breakdowns": {name: api.call("parameter_breakdown", api.record(**fields))
+                           for name, fields in BREAKDOWN_CONFIGS.items()},
+            "totals": {name: numel_oracle(Inputs((), {"fields": fields}))
+                       for name, fields in BREAKDOWN_CONFIGS.items()}}
 
 
 def numel_oracle(inputs: Inputs) -> int:
@@ -226,26 +260,257 @@ def published_oracle(inputs: Inputs) -> int:
     return inputs.kwargs["published"]
 
 
-def count_inputs(fields: dict, published: int | None = None):
+def count_inputs(fields: dict, published: int | None = None, should_be: str | None = None):
     def make(rng):
         kwargs = {"fields": fields}
         if published is not None:
             kwargs["published"] = published
+        if should_be is not None:
+            kwargs["should_be"] = should_be
         return Inputs((), kwargs)
 
     return make
 
 
-def random_configs(count=20, seed=2026):
-    rng = np.random.default_rng(seed)
-    configs = []
-    for _ in range(count):
-        n_heads = int(rng.choice([1, 2, 3, 4]))
-        d_model = n_heads * int(rng.integers(2, 9))
-        d_ff = None if rng.random() < 0.5 else int(rng.integers(3, 40))
-        configs.append(config_fields(int(rng.integers(5, 300)), int(rng.integers(1, 64)), d_model,
-                                     int(rng.integers(1, 5)), n_heads, d_ff, bool(rng.random() < 0.5)))
-    return configs
+# ---------------------------------------------------------------- counting, term by term
+# A count is one number, but how it changes with the config says which term is off: one more
+# position adds a row of pos_emb (d_model), one more token id a row of token_emb (and of an
+# untied lm_head), one more layer a block. Each check measures one term from the student's
+# own counts, so a slip in one term costs that term's check and the exact totals, not every
+# check, and the variant whose term is off the same way is named.
+
+COUNT_BASE = config_fields(40, 12, 8, 2, 2, d_ff=20)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool | np.bool_)
+
+
+class _NotANumber(Exception):
+    def __init__(self, value):
+        super().__init__("not a number")
+        self.value = value
+
+
+def _slope_of_ffn(count, d_model):
+    return count(d_model=d_model, d_ff=21) - count(d_model=d_model, d_ff=20)
+
+
+def _final_norm(count, f):
+    """The count less everything that grows with n_layers, vocab_size and context_length."""
+    no_blocks = count() - f["n_layers"] * (count(n_layers=f["n_layers"] + 1) - count())
+    return (no_blocks - f["vocab_size"] * (count(vocab_size=f["vocab_size"] + 1) - count())
+            - f["context_length"] * (count(context_length=f["context_length"] + 1) - count()))
+
+
+# check name: (points, what the check measures, measure(count, fields), what it should be). The
+# message reads "<what>: your count gives <n>, expected <m> (<what it should be>)".
+TERMS = {
+    "token_emb": (1, "the increase for one more token id (tied)",
+                  lambda count, f: count(vocab_size=f["vocab_size"] + 1) - count(),
+                  "d_model: a row of token_emb, which a tied lm_head shares"),
+    "lm_head": (0.5, "the increase for one more token id with tie_weights=False",
+                lambda count, f: count(vocab_size=f["vocab_size"] + 1, tie_weights=False) - count(tie_weights=False),
+                "2 * d_model: a row of token_emb and a row of lm_head's own weight"),
+    "pos_emb": (1, "the increase for one more position (context_length + 1)",
+                lambda count, f: count(context_length=f["context_length"] + 1) - count(),
+                "d_model: a row of pos_emb"),
+    "ffn_width": (1, "how much more one more unit of d_ff adds at d_model 10 than at d_model 8",
+                  lambda count, f: _slope_of_ffn(count, 10) - _slope_of_ffn(count, 8),
+                  "2 * (10 - 8) * n_layers: each unit of d_ff adds a column of fc1 and a row of fc2, "
+                  "2 * d_model weights per block"),
+    "d_ff_default": (0.5, "the count with d_ff=None less the count with d_ff=4 * d_model",
+                     lambda count, f: count(d_ff=None) - count(d_ff=4 * f["d_model"]),
+                     "0: d_ff=None means 4 * d_model"),
+    "block": (1.5, "the increase for one more layer (n_layers + 1, d_ff=20)",
+              lambda count, f: count(n_layers=f["n_layers"] + 1) - count(),
+              "a block: ln1, ln2, q_proj, k_proj, v_proj, out_proj, fc1 and fc2, with their biases"),
+    "final_norm": (0.5, "what is left of the count without the terms that grow with vocab_size, context_length "
+                   "and n_layers",
+                   _final_norm, "2 * d_model: ln_f's weight and bias"),
+}
+
+
+def term_probe(measure):
+    """{"term": measure(count, fields)}, count(**changes) being the student's count_parameters of
+    the check's configuration with those fields changed; or the first result that is not a number."""
+
+    def probe(api, inputs: Inputs):
+        fields = inputs.kwargs["fields"]
+
+        def count(**changes):
+            value = api.call("count_parameters", api.record(**{**fields, **changes}))
+            if not _is_number(value):
+                raise _NotANumber(value)
+            return int(value) if float(value).is_integer() else float(value)
+
+        try:
+            return {"term": measure(count, fields)}
+        except _NotANumber as odd:
+            return odd.value
+
+    return probe
+
+
+def diagnose_term(result, expected, inputs: Inputs) -> str | None:
+    if not isinstance(result, dict) or not _is_number(result.get("term")):
+        return f"expected a number, got {describe(result)}"
+    got, want = result["term"], expected["term"]
+    if got == want:
+        return None
+    return f"your count gives {got:,}, expected {want:,} ({inputs.kwargs['should_be']})"
+
+
+# ---------------------------------------------------------------- initialisation
+# GPT-2's: every nn.Linear and nn.Embedding weight from N(0, 0.02), the biases zero, and the two
+# layers of a block that write into the residual stream (out_proj, fc2) from N(0, 0.02 / sqrt(2 L)).
+# A freshly built model then gives near-uniform logits (a first loss near ln V) and a residual
+# stream whose variance does not grow with depth. Measured on a model of unit 07's vocabulary,
+# wide enough that a standard deviation is known to a few per cent.
+
+INIT = config_fields(256, 32, 64, 2, 2)
+GPT2_STD = 0.02
+RESIDUAL_LAYERS = ("attn.out_proj", "ffn.fc2")
+INNER_LAYERS = ("attn.q_proj", "attn.k_proj", "attn.v_proj", "ffn.fc1")
+NORMS = ("ln1", "ln2")
+
+
+def _std_label(target: float, weights: list) -> str:
+    """Which of the usual draws a group of weight matrices looks like (20% either way)."""
+    def near(value, want):
+        return abs(value - want) <= 0.2 * want
+
+    std = float(torch.cat([w.flatten() for w in weights]).std())
+    each = [(float(w.std()), w.shape[-1], w.shape[0]) for w in weights]  # (std, fan_in, fan_out)
+    if near(std, target):
+        return "as GPT-2"
+    if all(near(s, 1 / np.sqrt(3 * fan_in)) for s, fan_in, _ in each):
+        return "nn.Linear's default"
+    if all(near(s, np.sqrt(2 / (fan_in + fan_out))) for s, fan_in, fan_out in each):
+        return "Xavier"
+    if near(std, 1.0):
+        return "N(0, 1)"
+    if near(std, GPT2_STD):
+        return "N(0, 0.02)"
+    return "another scale"
+
+
+def init_summary(state, fields: dict) -> dict:
+    """{"labels": {group: what its weights look like}, "std": {group: measured}} from a state dict."""
+    def tensor(name):
+        value = state.get(name) if isinstance(state, dict) else None
+        if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.numel() == 0:
+            raise KeyError(name)
+        return value.detach().double()
+
+    L = fields["n_layers"]
+    labels, stds = {}, {}
+    try:
+        tables = {"token_emb": tensor("token_emb.weight"), "pos_emb": tensor("pos_emb.weight")}
+        layers = {group: [tensor(f"blocks.{b}.{layer}.weight") for b in range(L) for layer in names]
+                  for group, names in (("inner", INNER_LAYERS), ("residual", RESIDUAL_LAYERS))}
+        biases = torch.cat([tensor(f"blocks.{b}.{layer}.bias").flatten() for b in range(L)
+                            for layer in INNER_LAYERS + RESIDUAL_LAYERS])
+        norms = [(tensor(f"{prefix}.weight"), tensor(f"{prefix}.bias"))
+                 for prefix in [f"blocks.{b}.{n}" for b in range(L) for n in NORMS] + ["ln_f"]]
+    except KeyError as missing:
+        return {"labels": None, "missing": str(missing.args[0])}
+    for group, table in tables.items():
+        stds[group] = float(table.std())
+        labels[group] = _std_label(GPT2_STD, [table])
+    for group, weights in layers.items():
+        stds[group] = float(torch.cat([w.flatten() for w in weights]).std())
+        labels[group] = _std_label(GPT2_STD / np.sqrt(2 * L) if group == "residual" else GPT2_STD, weights)
+    labels["biases"] = "zero" if float(biases.abs().max()) == 0.0 else "not zero"
+    labels["norms"] = "ones and zeros" if all(bool((w == 1).all()) and bool((b == 0).all()) for w, b in norms) \
+        else "changed"
+    return {"labels": labels, "std": stds}
+
+
+def init_probe(api, inputs: Inputs):
+    model = api.new("GPT", api.record(**inputs.kwargs["fields"]))
+    return init_summary(api.method(model, "state_dict"), inputs.kwargs["fields"])
+
+
+def initial_loss_probe(api, inputs: Inputs):
+    """The cross-entropy of a freshly built model's logits on random ids and targets, against ln V."""
+    fields = inputs.kwargs["fields"]
+    model = api.new("GPT", api.record(**fields))
+    api.method(model, "eval", keep=True)
+    idx, targets = inputs.args
+    logits = api.forward(model, idx)
+    V = fields["vocab_size"]
+    if not isinstance(logits, torch.Tensor) or tuple(logits.shape) != (*idx.shape, V) or \
+            not logits.is_floating_point():
+        return logits  # the comparison says what it is
+    loss = float(torch.nn.functional.cross_entropy(logits.detach().double().reshape(-1, V), targets.reshape(-1)))
+    uniform = float(np.log(V))
+    near = abs(loss - uniform) <= INITIAL_LOSS_MARGIN
+    return {"loss": "near ln V" if near else ("above ln V" if loss > uniform else "below ln V"), "value": loss}
+
+
+INITIAL_LOSS_MARGIN = 0.25  # nats: GPT-2's init starts about 0.01 above ln V; nn.Embedding's N(0, 1), tied, 30 above
+
+
+def init_inputs(rng):
+    # Half the context: a model that refuses a full-length sequence loses that point elsewhere.
+    shape = (4, INIT["context_length"] // 2)
+    idx = torch.from_numpy(rng.integers(0, INIT["vocab_size"], shape))
+    targets = torch.from_numpy(rng.integers(0, INIT["vocab_size"], shape))
+    return Inputs((idx, targets), {"fields": INIT})
+
+
+INIT_GROUPS = {  # group: how a message names it, and what GPT-2 draws
+    "token_emb": ("token_emb's weights", "N(0, 0.02)"),
+    "pos_emb": ("pos_emb's weights", "N(0, 0.02)"),
+    "inner": ("q_proj, k_proj, v_proj and fc1's weights", "N(0, 0.02)"),
+    "residual": ("out_proj and fc2's weights (the layers that write into the residual stream)",
+                 "N(0, 0.02 / sqrt(2 * n_layers))"),
+    "biases": ("the linear layers' biases", "zero"),
+    "norms": ("the LayerNorms' weights and biases", "ones and zeros, as nn.LayerNorm makes them"),
+}
+
+
+def diagnose_init(result, expected) -> str | None:
+    if "loss" in expected:
+        if not isinstance(result, dict) or "loss" not in result:
+            return (f"expected logits of shape (4, {INIT['context_length'] // 2}, {INIT['vocab_size']}), "
+                    f"got {describe(result)}")
+        if result["loss"] == expected["loss"]:
+            return None
+        return (f"a freshly built model's loss on random tokens is {result['value']:.3g} nats, {result['loss']} "
+                f"(ln 256 = {np.log(256):.2f}, what a uniform guess scores): are the weights drawn as GPT-2 draws "
+                "them, small enough that the first logits are near zero?")
+    if expected["labels"] is None:  # a catalogued variant whose weights could not be read either
+        same = isinstance(result, dict) and result.get("missing") == expected["missing"]
+        return None if same else f"the weights could not be read the same way ({describe(result)})"
+    if not isinstance(result, dict) or not isinstance(result.get("labels"), dict):
+        missing = result.get("missing") if isinstance(result, dict) else None
+        return f"could not read the freshly built model's `{missing}`" if missing else \
+            f"could not read the freshly built model's weights ({describe(result)})"
+    problems = []
+    for group, want in expected["labels"].items():
+        got = result["labels"].get(group)
+        if got == want:
+            continue
+        what, draw = INIT_GROUPS[group]
+        measured = result.get("std", {}).get(group)
+        if measured is None:
+            problems.append(f"{what} are {got}, where GPT-2 starts them at {draw}")
+        else:
+            problems.append(f"{what} have a standard deviation of {measured:.3g} ({LOOKS_LIKE.get(got, got)}), where "
+                            f"GPT-2 draws them from {draw}")
+    return "; ".join(problems) or None
+
+
+LOOKS_LIKE = {
+    "N(0, 1)": "nn.Embedding's default, N(0, 1)",
+    "nn.Linear's default": "nn.Linear's default",
+    "N(0, 0.02)": "N(0, 0.02), not scaled down",
+    "Xavier": "Xavier's, sqrt(2 / (fan_in + fan_out))",
+    "another scale": "not a scale GPT-2 uses",
+    "as GPT-2": "GPT-2's",
+}
 
 
 # ---------------------------------------------------------------- positions
@@ -313,11 +578,20 @@ def offset_inputs(rng):
 # ---------------------------------------------------------------- the wrong variants
 
 
-def sinusoid_with(swap=False, halves=False, exponent="2i"):
+def sinusoid_with(swap=False, halves=False, exponent="2i", float64=False, from_one=False):
     def variant(reference, n_positions, d_model):
+        if float64:
+            return reference.sinusoidal_positions(n_positions, d_model).double()
+        if from_one:
+            return reference.sinusoidal_positions(n_positions + 1, d_model)[1:]
         p = torch.arange(n_positions, dtype=torch.float64)[:, None]
-        i = torch.arange(0, d_model, 2, dtype=torch.float64) if exponent == "2i" else \
-            torch.arange(d_model // 2, dtype=torch.float64)
+        if exponent == "j":  # every column its own exponent: the cosine of pair i turns at (2i + 1) / d
+            j = torch.arange(d_model, dtype=torch.float64)
+            angle = p / 10000.0 ** (j / d_model)
+            return torch.where(j % 2 == 0, torch.sin(angle), torch.cos(angle)).float()
+        i = {"2i": torch.arange(0, d_model, 2, dtype=torch.float64),
+             "i": torch.arange(d_model // 2, dtype=torch.float64),
+             "4i": torch.arange(0, 2 * d_model, 4, dtype=torch.float64)}[exponent]
         angle = p / 10000.0 ** (i / d_model)
         first, second = (torch.cos(angle), torch.sin(angle)) if swap else (torch.sin(angle), torch.cos(angle))
         if halves:
@@ -329,17 +603,21 @@ def sinusoid_with(swap=False, halves=False, exponent="2i"):
     return variant
 
 
-def rope_with(halves=False, exponent="2i", sign=1.0, ignore_positions=False):
+def rope_with(halves=False, exponent="2i", sign=1.0, ignore_positions=False, ignore_base=False,
+              concatenated=False, exponent_sign=-1.0):
     def variant(reference, x, positions=None, base=10000.0):
+        base = 10000.0 if ignore_base else base
         *_, T, d = x.shape
         p = torch.arange(T) if positions is None or ignore_positions else positions
         i = torch.arange(0, d, 2) if exponent == "2i" else torch.arange(d // 2)
-        theta = sign * p[:, None].double() * base ** (-i.double() / d)
+        theta = sign * p[:, None].double() * base ** (exponent_sign * i.double() / d)
         cos, sin = torch.cos(theta).to(x.dtype), torch.sin(theta).to(x.dtype)
         if halves:  # rotate the first half against the second (the "rotate_half" layout)
             a, b = x[..., : d // 2], x[..., d // 2:]
             return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
         a, b = x[..., 0::2], x[..., 1::2]
+        if concatenated:  # the pairs turned, then written back as two halves
+            return torch.cat([a * cos - b * sin, a * sin + b * cos], dim=-1)
         out = torch.empty_like(x)
         out[..., 0::2], out[..., 1::2] = a * cos - b * sin, a * sin + b * cos
         return out
@@ -358,10 +636,22 @@ def gpt_variant(**knobs):
                     self.lm_head.weight = self.token_emb.weight
                 if knobs.get("shared_block"):
                     self.blocks = nn.ModuleList([self.blocks[0]] * len(self.blocks))
+                if knobs.get("plain_list"):
+                    blocks = list(self.blocks)
+                    del self.blocks
+                    self.blocks = blocks  # a plain list: its modules are not the model's
+                if knobs.get("init"):
+                    with torch.no_grad():
+                        initialise_as(self, knobs["init"])
+                if knobs.get("head_bias"):  # nn.Linear's default bias=True, zeroed by GPT-2's init
+                    self.lm_head = nn.Linear(config.d_model, config.vocab_size)
+                    nn.init.zeros_(self.lm_head.bias)
+                    self.lm_head.weight = self.token_emb.weight if config.tie_weights else self.lm_head.weight
 
             def forward(self, idx):
                 B, T = idx.shape
-                if T > self.config.context_length:
+                if T > self.config.context_length or (knobs.get("full_context_refused")
+                                                      and T == self.config.context_length):
                     raise ValueError("sequence longer than context_length")
                 x = self.token_emb(idx)
                 if not knobs.get("no_positions"):
@@ -372,28 +662,111 @@ def gpt_variant(**knobs):
                     x = block(x)
                 if not knobs.get("no_final_norm"):
                     x = self.ln_f(x)
-                return self.lm_head(x)
+                logits = self.lm_head(x)
+                return logits.softmax(dim=-1) if knobs.get("softmax") else logits
 
         return Wrong
 
     return make
 
 
+# how: (token_emb's std, pos_emb's std, linear weights: "default" (nn.Linear's), "scaled" (GPT-2's) or
+# "flat" (N(0, 0.02) everywhere), whether the biases are zeroed)
+HALF_RIGHT_INITS = {
+    "pytorch_defaults": (1.0, 1.0, "default", False),
+    "embeddings_default": (1.0, 1.0, "scaled", True),
+    "pos_emb_default": (GPT2_STD, 1.0, "scaled", True),
+    "embeddings_only": (GPT2_STD, GPT2_STD, "default", False),
+    "not_scaled": (GPT2_STD, GPT2_STD, "flat", True),
+    "biases_kept": (GPT2_STD, GPT2_STD, "scaled", False),
+    "xavier": (None, GPT2_STD, "xavier", True),
+    "pos_emb_small": (GPT2_STD, GPT2_STD / 2, "scaled", True),  # token_emb: Xavier's, through the tied lm_head
+}
+
+
+def initialise_as(model, how: str) -> None:
+    """Redraw a freshly built model's weights the way a half-right initialisation leaves them."""
+    if how == "every_parameter":  # `for p in self.parameters(): normal_(p, std=0.02)`: the LayerNorms too
+        for p in model.parameters():
+            nn.init.normal_(p, std=GPT2_STD)
+        return
+    token_std, pos_std, linear, zero_biases = HALF_RIGHT_INITS[how]
+    if token_std is None:
+        nn.init.xavier_uniform_(model.token_emb.weight)
+    else:
+        nn.init.normal_(model.token_emb.weight, std=token_std)
+    nn.init.normal_(model.pos_emb.weight, std=pos_std)
+    residual_std = GPT2_STD / np.sqrt(2 * model.config.n_layers) if linear == "scaled" else GPT2_STD
+    for block in model.blocks:
+        for name, layer in block.named_modules():
+            if not isinstance(layer, nn.Linear):
+                continue
+            if linear == "default":
+                layer.reset_parameters()
+            elif linear == "xavier":
+                nn.init.xavier_uniform_(layer.weight)
+            else:
+                nn.init.normal_(layer.weight, std=residual_std if name in RESIDUAL_LAYERS else GPT2_STD)
+            if zero_biases:
+                nn.init.zeros_(layer.bias)
+            elif linear != "default":  # the weights redrawn, the biases put back as nn.Linear draws them
+                bound = 1 / np.sqrt(layer.in_features)
+                nn.init.uniform_(layer.bias, -bound, bound)
+    if not model.config.tie_weights:
+        if linear == "default":
+            model.lm_head.reset_parameters()
+        elif linear == "xavier":
+            nn.init.xavier_uniform_(model.lm_head.weight)
+        else:
+            nn.init.normal_(model.lm_head.weight, std=GPT2_STD)
+
+
+def terms_with(config, **knobs) -> dict:
+    """parameter_breakdown's five terms, with one of them wrong."""
+    d, L, V, T = config.d_model, config.n_layers, config.vocab_size, config.context_length
+    d_ff = 4 * d if config.d_ff is None or knobs.get("ignores_d_ff") else config.d_ff
+    if config.d_ff is None and knobs.get("d_ff_default_d_model"):
+        d_ff = d
+    biases = 0 if knobs.get("no_biases") else 1
+    projections = 3 if knobs.get("no_out_proj") else 4
+    if knobs.get("per_head_qkv"):  # every head with its own d x d query, key and value matrices
+        projections = 3 * config.n_heads + 1
+    blocks = 1 if knobs.get("one_block") else L
+    per_norm = d if knobs.get("norm_weight_only") else 2 * d  # a LayerNorm's weight and bias
+    block_norms = 0 if knobs.get("no_norms") else (3 if knobs.get("ln_f_per_block") else 2) * per_norm  # ln1, ln2
+    final_norm = 0 if knobs.get("no_norms") or knobs.get("no_final_norm") or knobs.get("ln_f_per_block") \
+        else per_norm
+    if knobs.get("tied_counted_twice"):
+        head = V * d
+    elif knobs.get("untied_no_head"):
+        head = 0
+    else:
+        head = 0 if config.tie_weights else V * d + (V if knobs.get("head_bias") else 0)
+    if knobs.get("ln_f_in_head"):  # ln_f counted as part of the output layer
+        head, final_norm = head + final_norm, 0
+    return {
+        "embeddings": V * d + (0 if knobs.get("no_positions") else T * d),
+        "attention": blocks * projections * (d * d + d * biases),
+        "ffn": blocks * (2 * d * d_ff + (d_ff + d) * biases),
+        "norms": blocks * block_norms + final_norm,
+        "lm_head": head,
+    }
+
+
 def count_with(**knobs):
     """A closed form with one term wrong."""
 
     def variant(reference, config):
-        d, L, V, T = config.d_model, config.n_layers, config.vocab_size, config.context_length
-        d_ff = config.d_ff or (d if knobs.get("d_ff_default_d_model") else 4 * d)
-        biases = 0 if knobs.get("no_biases") else 1
-        attention = 4 * d * d + 4 * d * biases
-        ffn = 2 * d * d_ff + (d_ff + d) * biases
-        norms = 0 if knobs.get("no_norms") else (2 * 2 * d * L + (0 if knobs.get("no_final_norm") else 2 * d))
-        embeddings = V * d + (0 if knobs.get("no_positions") else T * d)
-        head = 0 if config.tie_weights and not knobs.get("tied_counted_twice") else V * d
-        return L * (attention + ffn) + norms + embeddings + head
+        if knobs.get("chapter_estimate"):  # chapter 05's 12 L d^2 + (V + T) d, handed in as the count
+            d = config.d_model
+            return 12 * config.n_layers * d * d + (config.vocab_size + config.context_length) * d
+        return sum(terms_with(config, **knobs).values())
 
     return variant
+
+
+def breakdown_with(**knobs):
+    return lambda reference, config: terms_with(config, **knobs)
 
 
 MISCONCEPTIONS = (
@@ -406,6 +779,12 @@ MISCONCEPTIONS = (
         "config_d_ff_default_set", "a GPTConfig whose d_ff default is a number instead of None",
         "Leave d_ff=None in the config: the block turns None into 4 * d_model.",
         {"GPTConfig": lambda reference: _config_with_default(reference, "d_ff", 0)},
+    ),
+    Misconception(
+        "config_heads_before_layers", "a GPTConfig with n_heads before n_layers",
+        "Keep the contract's order, vocab_size, context_length, d_model, n_layers, n_heads: GPTConfig(50257, 1024, "
+        "768, 12, 12) is read by position, and 12 and 12 hide a swap that GPTConfig(50, 16, 8, 3, 2) shows.",
+        {"GPTConfig": lambda reference: _config_heads_before_layers(reference)},
     ),
     Misconception(
         "sinusoid_sin_cos_swapped", "cos on the even columns and sin on the odd ones",
@@ -421,6 +800,29 @@ MISCONCEPTIONS = (
         "sinusoid_exponent_i", "frequencies 10000 ** (-i / d_model) for pair i instead of 10000 ** (-2i / d_model)",
         "The exponent runs over the even column index 2i: the slowest pair then has a wavelength near 10000 * 2 pi.",
         {"sinusoidal_positions": sinusoid_with(exponent="i")},
+    ),
+    Misconception(
+        "sinusoid_exponent_column", "the exponent taken from the column index j (10000 ** (j / d_model)), so each "
+        "cosine turns at a different rate from the sine beside it",
+        "Pair i = j // 2 shares one angle: both columns 2i and 2i + 1 use 10000 ** (2i / d_model).",
+        {"sinusoidal_positions": sinusoid_with(exponent="j")},
+    ),
+    Misconception(
+        "sinusoid_exponent_doubled", "the exponent doubled twice: 10000 ** (2 * j / d_model) with j already the even "
+        "column 2i",
+        "A loop over the even columns j = 0, 2, 4, ... already has j = 2i: the exponent is j / d_model, not "
+        "2 * j / d_model.",
+        {"sinusoidal_positions": sinusoid_with(exponent="4i")},
+    ),
+    Misconception(
+        "sinusoid_from_one", "a table whose rows start at position 1 instead of 0",
+        "Row p is position p, from 0: row 0 is [0, 1, 0, 1, ...] (sin 0 and cos 0).",
+        {"sinusoidal_positions": sinusoid_with(from_one=True)},
+    ),
+    Misconception(
+        "sinusoid_float64", "a table left in float64",
+        "Computing in float64 is right; return the table as float32, the contract's dtype (.float()).",
+        {"sinusoidal_positions": sinusoid_with(float64=True)},
     ),
     Misconception(
         "gpt_no_positions", "a model that never adds the position embedding",
@@ -449,6 +851,86 @@ MISCONCEPTIONS = (
         {"GPT": gpt_variant(tied_always=True)},
     ),
     Misconception(
+        "gpt_head_bias", "an lm_head with a bias (nn.Linear's default bias=True)",
+        "The output layer has no bias: nn.Linear(d_model, vocab_size, bias=False), so that tied, it is exactly "
+        "the token table.",
+        {"GPT": gpt_variant(head_bias=True)},
+    ),
+    Misconception(
+        "gpt_returns_probabilities", "forward returning softmax probabilities instead of logits",
+        "Return the logits, lm_head's output as it is: the loss (cross_entropy) and sampling apply the softmax "
+        "themselves.",
+        {"GPT": gpt_variant(softmax=True)},
+    ),
+    Misconception(
+        "gpt_blocks_plain_list", "the blocks kept in a plain Python list instead of an nn.ModuleList",
+        "A plain list hides its modules from the model: their weights are not in parameters() or state_dict(), "
+        "and .double() or an optimizer never reaches them. Wrap the list in nn.ModuleList.",
+        {"GPT": gpt_variant(plain_list=True)},
+    ),
+    Misconception(
+        "gpt_full_context_refused", "a ValueError for a sequence of exactly context_length tokens (T >= "
+        "context_length instead of T > context_length)",
+        "context_length is the longest sequence the model takes: raise only when T > context_length.",
+        {"GPT": gpt_variant(full_context_refused=True)},
+    ),
+    Misconception(
+        "gpt_init_pytorch_defaults", "no initialisation: the embeddings left at nn.Embedding's default N(0, 1) "
+        "and the linear layers at nn.Linear's",
+        "Draw token_emb, pos_emb and every linear weight from N(0, 0.02), zero the biases and scale out_proj and fc2 "
+        "by 1 / sqrt(2 * n_layers), as GPT-2 does: tied to N(0, 1) embeddings, lm_head gives logits so large that "
+        "the first loss is tens of nats instead of ln V.",
+        {"GPT": gpt_variant(init="pytorch_defaults")},
+    ),
+    Misconception(
+        "gpt_init_embeddings_default", "embeddings left at nn.Embedding's default N(0, 1)",
+        "Initialise the nn.Embedding tables too, from N(0, 0.02): an init written for nn.Linear only leaves them at "
+        "N(0, 1), and the tied lm_head then starts with huge logits.",
+        {"GPT": gpt_variant(init="embeddings_default")},
+    ),
+    Misconception(
+        "gpt_init_pos_emb_default", "pos_emb left at nn.Embedding's default N(0, 1)",
+        "Draw pos_emb from N(0, 0.02) as well as token_emb (an init that reaches nn.Linear layers only reaches "
+        "token_emb through the tied lm_head, not pos_emb).",
+        {"GPT": gpt_variant(init="pos_emb_default")},
+    ),
+    Misconception(
+        "gpt_init_embeddings_only", "only the embeddings drawn from N(0, 0.02), the linear layers left at "
+        "nn.Linear's default",
+        "Draw every nn.Linear weight from N(0, 0.02) too (out_proj and fc2 scaled by 1 / sqrt(2 * n_layers)), and "
+        "zero the biases.",
+        {"GPT": gpt_variant(init="embeddings_only")},
+    ),
+    Misconception(
+        "gpt_init_residual_not_scaled", "out_proj and fc2 drawn from N(0, 0.02) like the other layers, not scaled "
+        "down",
+        "The layers that write into the residual stream get std 0.02 / sqrt(2 * n_layers): each block adds two "
+        "terms to the stream, and the scaling keeps its variance from growing with depth.",
+        {"GPT": gpt_variant(init="not_scaled")},
+    ),
+    Misconception(
+        "gpt_init_biases_kept", "the linear weights redrawn but their biases left at nn.Linear's default",
+        "Set every nn.Linear bias to zero (nn.init.zeros_), as GPT-2 does.",
+        {"GPT": gpt_variant(init="biases_kept")},
+    ),
+    Misconception(
+        "gpt_init_pos_emb_small", "pos_emb drawn from N(0, 0.01), as GPT-2's released code did, not from N(0, 0.02)",
+        "This course's GPT draws pos_emb from N(0, 0.02), like token_emb.",
+        {"GPT": gpt_variant(init="pos_emb_small")},
+    ),
+    Misconception(
+        "gpt_init_xavier", "linear layers (and the tied token table) drawn with Xavier's uniform init",
+        "Xavier's scale, sqrt(2 / (fan_in + fan_out)), is 0.08 for a (256, 64) table: GPT-2 draws every weight from "
+        "N(0, 0.02) (out_proj and fc2 from N(0, 0.02 / sqrt(2 * n_layers))), so the first logits are near zero.",
+        {"GPT": gpt_variant(init="xavier")},
+    ),
+    Misconception(
+        "gpt_init_every_parameter", "every parameter drawn from N(0, 0.02), the LayerNorms' weights and biases too",
+        "Only the embeddings' and the linear layers' weights are drawn; a LayerNorm starts at weight 1 and bias 0 "
+        "(a weight of 0.02 would shrink every normalised vector 50 times).",
+        {"GPT": gpt_variant(init="every_parameter")},
+    ),
+    Misconception(
         "gpt_one_block_repeated", "the same block repeated n_layers times ([block] * n_layers)",
         "Make a new TransformerBlock for every layer: a list of n copies of one module shares its weights.",
         {"GPT": gpt_variant(shared_block=True)},
@@ -456,32 +938,92 @@ MISCONCEPTIONS = (
     Misconception(
         "count_tied_twice", "a count that includes the tied lm_head matrix as well as token_emb",
         "A tied matrix is one set of parameters: count V * d once when tie_weights is True.",
-        {"count_parameters": count_with(tied_counted_twice=True)},
+        {"count_parameters": count_with(tied_counted_twice=True),
+         "parameter_breakdown": breakdown_with(tied_counted_twice=True)},
+    ),
+    Misconception(
+        "count_untied_no_head", "a count that leaves out lm_head's own weight when tie_weights is False",
+        "Untied, lm_head has a (vocab_size, d_model) weight of its own: add V * d when tie_weights is False.",
+        {"count_parameters": count_with(untied_no_head=True)},
+    ),
+    Misconception(
+        "count_head_bias", "an untied lm_head counted with a bias",
+        "lm_head is nn.Linear(d_model, vocab_size, bias=False): untied, it adds V * d and nothing more.",
+        {"count_parameters": count_with(head_bias=True), "parameter_breakdown": breakdown_with(head_bias=True)},
+    ),
+    Misconception(
+        "count_norm_weight_only", "LayerNorms counted as d_model parameters each, their biases left out",
+        "nn.LayerNorm(d) holds a weight and a bias, 2 * d: two per block and ln_f.",
+        {"count_parameters": count_with(norm_weight_only=True),
+         "parameter_breakdown": breakdown_with(norm_weight_only=True)},
+    ),
+    Misconception(
+        "count_ln_f_per_block", "ln_f counted in every block (three LayerNorms per block) instead of once",
+        "Each block has two LayerNorms, ln1 and ln2; ln_f comes once, after the last block.",
+        {"count_parameters": count_with(ln_f_per_block=True),
+         "parameter_breakdown": breakdown_with(ln_f_per_block=True)},
+    ),
+    Misconception(
+        "breakdown_ln_f_in_head", "ln_f counted under `lm_head` instead of `norms`",
+        "`norms` holds every LayerNorm, ln_f included; `lm_head` only the output layer's own weight.",
+        {"parameter_breakdown": breakdown_with(ln_f_in_head=True)},
+    ),
+    Misconception(
+        "count_per_head_qkv", "attention counted with a d x d query, key and value matrix for every head",
+        "The heads share q_proj, k_proj and v_proj: each head reads d_model / n_heads of their columns, so "
+        "attention is four d x d matrices with biases, whatever n_heads is.",
+        {"count_parameters": count_with(per_head_qkv=True), "parameter_breakdown": breakdown_with(per_head_qkv=True)},
     ),
     Misconception(
         "count_no_biases", "a count that leaves out the linear layers' biases",
         "q_proj, k_proj, v_proj, out_proj, fc1 and fc2 each have a bias: 4 d + d_ff + d per block.",
-        {"count_parameters": count_with(no_biases=True)},
+        {"count_parameters": count_with(no_biases=True),
+         "parameter_breakdown": breakdown_with(no_biases=True)},
     ),
     Misconception(
         "count_no_norms", "a count that leaves out the LayerNorms",
         "Every LayerNorm holds a weight and a bias of d_model each: two per block, plus ln_f.",
-        {"count_parameters": count_with(no_norms=True)},
+        {"count_parameters": count_with(no_norms=True),
+         "parameter_breakdown": breakdown_with(no_norms=True)},
     ),
     Misconception(
         "count_no_final_norm", "a count that forgets ln_f",
-        "The final LayerNorm adds 2 * d_model.",
-        {"count_parameters": count_with(no_final_norm=True)},
+        "The final LayerNorm adds 2 * d_model, once (it is not in a block).",
+        {"count_parameters": count_with(no_final_norm=True),
+         "parameter_breakdown": breakdown_with(no_final_norm=True)},
     ),
     Misconception(
         "count_no_positions", "a count that forgets the position embedding",
         "pos_emb holds context_length * d_model parameters.",
-        {"count_parameters": count_with(no_positions=True)},
+        {"count_parameters": count_with(no_positions=True),
+         "parameter_breakdown": breakdown_with(no_positions=True)},
     ),
     Misconception(
         "count_d_ff_default", "a count that takes d_ff = d_model when d_ff is None",
         "When d_ff is None the block uses 4 * d_model.",
         {"count_parameters": count_with(d_ff_default_d_model=True)},
+    ),
+    Misconception(
+        "count_ignores_d_ff", "a count that always takes d_ff = 4 * d_model, even when the config gives d_ff",
+        "4 * d_model is only the default: when config.d_ff is a number, fc1 and fc2 are that wide.",
+        {"count_parameters": count_with(ignores_d_ff=True),
+         "parameter_breakdown": breakdown_with(ignores_d_ff=True)},
+    ),
+    Misconception(
+        "count_no_out_proj", "a count with three d x d projections in attention instead of four",
+        "Attention has q_proj, k_proj, v_proj and out_proj: four (d_model, d_model) weights and four biases.",
+        {"count_parameters": count_with(no_out_proj=True)},
+    ),
+    Misconception(
+        "count_one_block", "a count with a single block instead of n_layers of them",
+        "Every layer has its own block: multiply a block's count by n_layers.",
+        {"count_parameters": count_with(one_block=True)},
+    ),
+    Misconception(
+        "count_chapter_estimate", "the chapter's estimate 12 L d^2 + (V + T) d, not the exact count",
+        "The estimate leaves out the biases, the LayerNorms, a d_ff other than 4 d and an untied lm_head: add "
+        "each module's exact count (part 4 lists them).",
+        {"count_parameters": count_with(chapter_estimate=True)},
     ),
     Misconception(
         "rope_rotate_halves", "rotary embedding that pairs column i with column i + d/2",
@@ -503,7 +1045,35 @@ MISCONCEPTIONS = (
         "Use the positions you are given when there are some; 0..T-1 is only the default.",
         {"rope": rope_with(ignore_positions=True)},
     ),
+    Misconception(
+        "rope_ignores_base", "rotary embedding with 10000 written in, ignoring the `base` argument",
+        "Use the base you are given: theta_i = base ** (-2i / d).",
+        {"rope": rope_with(ignore_base=True)},
+    ),
+    Misconception(
+        "rope_output_concatenated", "neighbouring pairs turned, but the results concatenated ([new a's, new b's]) "
+        "instead of put back in their columns",
+        "Each turned pair goes back where it came from, columns 2i and 2i + 1: torch.stack((new_a, new_b), dim=-1)"
+        ".flatten(-2), not torch.cat.",
+        {"rope": rope_with(concatenated=True)},
+    ),
+    Misconception(
+        "rope_exponent_positive", "rotary angles p * base ** (2i / d), growing with i, instead of base ** (-2i / d)",
+        "The frequencies fall with i: theta_i = base ** (-2i / d), one radian per position for pair 0 and less and "
+        "less after it.",
+        {"rope": rope_with(exponent_sign=1.0)},
+    ),
 )
+
+
+def _config_heads_before_layers(reference):
+    import dataclasses
+
+    fields = {f.name: f for f in dataclasses.fields(reference.GPTConfig)}
+    order = ["vocab_size", "context_length", "d_model", "n_heads", "n_layers", "d_ff", "tie_weights"]
+    return dataclasses.make_dataclass("GPTConfig", [
+        (name, fields[name].type, dataclasses.field(default=fields[name].default)
+         if fields[name].default is not dataclasses.MISSING else dataclasses.field()) for name in order])
 
 
 def _config_with_default(reference, field, value):
@@ -523,14 +1093,15 @@ ODD = config_fields(37, 9, 12, 3, 3)
 SMALL_64 = config_fields(30, 8, 8, 1, 2)
 
 COUNT_CHECKS = tuple(
-    Check(f"config_{n:02d}", f"a random configuration: {', '.join(f'{k}={v}' for k, v in fields.items())}", 0.25,
-          count_inputs(fields), tol=EXACT, probe=count_probe, oracle=numel_oracle)
-    for n, fields in enumerate(random_configs())
-) + tuple(
-    Check(f"gpt2_{name}", f"GPT-2 {name} (vocab 50257, context 1024, {layers} layers, d_model {d}, {heads} heads)",
-          0.5, count_inputs(config_fields(50257, 1024, d, layers, heads), published), tol=EXACT, probe=count_probe,
-          oracle=published_oracle)
-    for name, (layers, d, heads, published) in GPT2.items()
+    Check(name, what, points, count_inputs(COUNT_BASE, should_be=should_be), tol=EXACT, probe=term_probe(measure))
+    for name, (points, what, measure, should_be) in TERMS.items()
+) + (
+    Check("gpt2_small", "GPT-2 small (vocab 50257, context 1024, 12 layers, d_model 768, 12 heads): exactly", 0.5,
+          count_inputs(config_fields(50257, 1024, 768, 12, 12), published=GPT2_SMALL), tol=EXACT,
+          probe=count_probe, oracle=published_oracle),
+    Check("untied_exact", "a small untied model (vocab 37, context 9, d_model 12, 3 layers, 3 heads, d_ff 20): "
+          "exactly", 0.5, count_inputs({**ODD, "d_ff": 20, "tie_weights": False}), tol=EXACT, probe=count_probe,
+          oracle=numel_oracle),
 )
 
 PARTS = (
@@ -539,9 +1110,9 @@ PARTS = (
         kind="class",
         diagnose=diagnose,
         checks=(
-            Check("defaults", "GPTConfig(vocab_size=50, context_length=16, d_model=8, n_layers=2, n_heads=2)", 1,
+            Check("defaults", "GPTConfig(vocab_size=50, context_length=16, d_model=8, n_layers=3, n_heads=2)", 1,
                   lambda rng: Inputs(()), probe=config_probe(positional=False)),
-            Check("field_order", "GPTConfig(50, 16, 8, 2, 2): the fields in the contract's order", 1,
+            Check("field_order", "GPTConfig(50, 16, 8, 3, 2): the fields in the contract's order", 1,
                   lambda rng: Inputs(()), probe=config_probe(positional=True)),
         ),
     ),
@@ -580,17 +1151,27 @@ PARTS = (
                   model_inputs(SMALL, batch=1, T=2), probe=too_long_probe),
             Check("gradient", "gradients of every parameter (tied: one gradient for token_emb)", 1,
                   model_inputs(SMALL, batch=2, T=4), tol=Tolerance(1e-4, 1e-5), probe=gradient_probe),
+            Check("initial_loss", "a freshly built GPT (vocab 256, d_model 64, 2 layers): its loss on random tokens "
+                  "is near ln 256", 1, init_inputs, probe=initial_loss_probe),
+            Check("initial_weights", "a freshly built GPT (vocab 256, d_model 64, 2 layers): its weights drawn as "
+                  "GPT-2 draws them", 1, init_inputs, probe=init_probe),
         ),
     ),
     Part("count_parameters", diagnose=diagnose, checks=COUNT_CHECKS),
     Part(
         "parameter_breakdown",
         diagnose=diagnose,
-        checks=(
-            Check("tied", "GPT-2 small (tied)", 1, count_inputs(config_fields(50257, 1024, 768, 12, 12)),
-                  probe=breakdown_probe),
-            Check("untied", "a small untied model with d_ff=20", 1, count_inputs(SMALL_UNTIED), probe=breakdown_probe),
-            Check("odd", "d_model 12, 3 layers, 3 heads (tied)", 1, count_inputs(ODD), probe=breakdown_probe),
+        checks=tuple(
+            Check(term, what, points, lambda rng, term=term: Inputs((), {"term": term}),
+                  probe=breakdown_probe)
+            for term, what, points in (
+                ("embeddings", "`embeddings` and `lm_head` (token_emb, pos_emb, an untied lm_head), for GPT-2 small, "
+                 "a small untied model and one of d_model 12", 1),
+                ("attention", "`attention`, for the same three models", 0.5),
+                ("ffn", "`ffn`, for the same three models", 0.5),
+                ("norms", "`norms`, for the same three models", 0.5),
+                ("total", "the sum of the five, for the same three models: sum(p.numel()) of each", 0.5),
+            )
         ),
     ),
     Part(

@@ -1,5 +1,6 @@
 """A correct submission written differently from the reference: the sinusoid table and the
-rotation filled in with loops over column pairs, and the count summed term by term."""
+rotation filled in with loops over column pairs, the initialisation parameter by parameter, and
+the count summed term by term."""
 from dataclasses import dataclass
 
 import torch
@@ -41,6 +42,15 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.token_emb.weight
+        for name, p in self.named_parameters():  # GPT-2's initialisation, parameter by parameter
+            if name.startswith("blocks.") and ".ln" in name:
+                continue  # the LayerNorms keep weight 1, bias 0
+            if name.endswith("bias"):
+                nn.init.zeros_(p)
+            elif name.endswith(("out_proj.weight", "fc2.weight")):
+                nn.init.normal_(p, std=0.02 / (2 * config.n_layers) ** 0.5)
+            elif not name.startswith("ln_f"):
+                nn.init.normal_(p, std=0.02)
 
     def forward(self, idx):
         T = idx.shape[1]

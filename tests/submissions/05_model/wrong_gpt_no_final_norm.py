@@ -40,6 +40,17 @@ class GPT(nn.Module):
         self.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         if config.tie_weights:
             self.lm_head.weight = self.token_emb.weight
+        self.apply(self._init_weights)
+        for block in self.blocks:
+            for layer in (block.attn.out_proj, block.ffn.fc2):
+                nn.init.normal_(layer.weight, std=0.02 / (2 * config.n_layers) ** 0.5)
+
+    @staticmethod
+    def _init_weights(module):
+        if isinstance(module, nn.Linear | nn.Embedding):
+            nn.init.normal_(module.weight, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
 
     def forward(self, idx):
         T = idx.shape[1]

@@ -641,7 +641,8 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                 prefill_unmasked=False, no_limit_check=False, own_sampler=False, scale="d_head", not_read=False,
                 one_ahead=False, limit_early=False, shared=False, modes="untouched", assert_limit=False,
                 skip_ln_f=False, heads_view=False, whole_sequence=False, drop_top_k=False, slot_one_ahead=False,
-                write_at_step=False, unnamed_limit=False, first_position=False):
+                write_at_step=False, unnamed_limit=False, first_position=False, mask_inverted=False,
+                softmax_dim=-1):
     """A KV-cache generator with one thing wrong: attention written out, so every knob is visible."""
 
     def variant(reference, model, idx, max_new_tokens, temperature=1.0, top_k=None, generator=None):
@@ -691,8 +692,8 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                 if causal_one_query or (t > 1 and not prefill_unmasked):
                     offset = 0 if causal_one_query else n_keys - t
                     allowed = torch.ones(t, n_keys, dtype=torch.bool).tril(diagonal=offset)
-                    scores = scores.masked_fill(~allowed, -math.inf)
-                y = torch.softmax(scores, dim=-1) @ v_all
+                    scores = scores.masked_fill(allowed if mask_inverted else ~allowed, -math.inf)
+                y = torch.softmax(scores, dim=softmax_dim) @ v_all
                 x = x + block.attn.out_proj(y.transpose(1, 2).reshape(B, t, C))
                 x = x + block.ffn(block.ln2(x))
             calls[0] += 1
@@ -945,6 +946,18 @@ MISCONCEPTIONS = (
         "One new query may see every cached position: no mask. (is_causal=True with one query and many keys lets "
         "it see key 0 only.)",
         {"generate_cached": cached_with(causal_one_query=True)},
+    ),
+    Misconception(
+        "cache_mask_inverted", "a prefill mask that hides the allowed positions instead of the future ones",
+        "masked_fill(mask, -inf) fills where the mask is True: give it the future positions (above the diagonal), "
+        "or give scaled_dot_product_attention the allowed ones (True where attending is allowed). The two "
+        "conventions are opposite.",
+        {"generate_cached": cached_with(mask_inverted=True)},
+    ),
+    Misconception(
+        "cache_softmax_wrong_axis", "attention weights normalised over the queries (dim=-2) instead of the keys",
+        "Each query's weights over the keys sum to one: softmax(scores, dim=-1) on (B, heads, queries, keys).",
+        {"generate_cached": cached_with(softmax_dim=-2)},
     ),
     Misconception(
         "cache_prefill_unmasked", "a prompt run through the cache without the causal mask",

@@ -573,10 +573,9 @@ def explain(unit: Unit, part: Part, ref, seen: list[_Seen]) -> Misconception | N
     """The one catalogued mistake that explains the whole part, or None.
 
     A mistake explains the part when its variant reproduces the student's result on every
-    failed check; where several do, those that would fail a check the student passed are
-    set aside. A one-bit answer (a verdict) or an exception can be reproduced by several
-    variants: the mistake is named only when exactly one explains everything; otherwise the
-    messages say what failed, without a guess. Each failed check only tries the mistakes that
+    failed check and passes every check the student passed. A one-bit answer (a verdict) or an
+    exception can be reproduced by several variants: the mistake is named only when exactly one
+    explains everything; otherwise the messages say what failed, without a guess. Each failed check only tries the mistakes that
     explained the ones before it (some variants train a model: they are run no more than needed).
     """
     failed = [s for s in seen if not s.passed]
@@ -588,10 +587,11 @@ def explain(unit: Unit, part: Part, ref, seen: list[_Seen]) -> Misconception | N
                                              s.check.probe, among=candidates)
         if not candidates:
             return None
-    if len(candidates) > 1:  # the checks the student passed may still tell them apart
-        candidates = [m for m in candidates
-                      if all(variant_passes(m, part, ref, s.inputs, s.expected, s.check.tol, s.check.probe)
-                             for s in seen if s.passed)]
+    # A mistake that would also fail a check the student passed is not what the student did,
+    # even when nothing else explains the failures: naming it would be a guess.
+    candidates = [m for m in candidates
+                  if all(variant_passes(m, part, ref, s.inputs, s.expected, s.check.tol, s.check.probe)
+                         for s in seen if s.passed)]
     return candidates[0] if len(candidates) == 1 else None
 
 

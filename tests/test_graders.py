@@ -307,16 +307,18 @@ def test_a_student_warning_or_stderr_print_costs_nothing():
     assert all(r.passed for r in results), [r.message for r in results]
 
 
-@pytest.mark.parametrize("source", [
-    "from coursekit.gpt import GPT",
-    "import coursekit.gpt\n\nclass GPT(coursekit.gpt.GPT):\n    pass",
+@pytest.mark.parametrize(("source", "says"), [
+    ("from coursekit.gpt import GPT", "imports the course's `coursekit.gpt`"),
+    ("import coursekit.gpt\n\nclass GPT(coursekit.gpt.GPT):\n    pass", "imports the course's `coursekit.gpt`"),
+    # an import the text does not show: the course's file is empty in unit 05's sandbox
+    ("import importlib\n\nGPT = importlib.import_module('coursekit' + '.gpt').GPT", "is not defined"),
 ])
-def test_the_model_given_to_later_units_earns_nothing_in_unit_05(source):
+def test_the_model_given_to_later_units_earns_nothing_in_unit_05(source, says):
     spec = UNITS["05_model"]
     with worker(source, hidden=tuple(str(ROOT / path) for path in spec.hidden)) as student:
         results = grade_part(spec, "GPT", student)
     assert all(not r.passed for r in results)
-    assert "is not defined" in results[0].message  # the course's file is empty in unit 05's sandbox
+    assert says in results[0].message, results[0].message
 
 
 def test_a_failure_says_which_helpers_were_the_references():

@@ -575,8 +575,9 @@ def explain(unit: Unit, part: Part, ref, seen: list[_Seen]) -> Misconception | N
     A mistake explains the part when its variant reproduces the student's result on every
     failed check and passes every check the student passed. A one-bit answer (a verdict) or an
     exception can be reproduced by several variants: the mistake is named only when exactly one
-    explains everything; otherwise the messages say what failed, without a guess. Each failed check only tries the mistakes that
-    explained the ones before it (some variants train a model: they are run no more than needed).
+    explains everything; otherwise the messages say what failed, without a guess. Each failed
+    check only tries the mistakes that explained the ones before it (some variants train a
+    model: they are run no more than needed).
     """
     failed = [s for s in seen if not s.passed]
     if not failed or any(s.outcome.timed_out for s in failed):

@@ -106,6 +106,22 @@ def tokens_probe(name: str):
     return probe
 
 
+def twice_probe(name: str):
+    """The same call twice on the same model, the generator seeded alike: a cache kept between calls shows."""
+
+    def probe(api, inputs: Inputs):
+        model = given_model(api, inputs)
+        first = run_generator(api, name, inputs, model)
+        return {"tokens": first, "again": run_generator(api, name, inputs, model)}
+
+    return probe
+
+
+def twice_oracle(inputs: Inputs):
+    tokens = tokens_oracle(inputs)["tokens"]
+    return {"tokens": tokens, "again": tokens}
+
+
 def tokens_oracle(inputs: Inputs):
     """The reference `generate` (the full re-run) on a trusted model: what both parts must return."""
     from ..reference import load_reference
@@ -326,6 +342,10 @@ def _steps_facet(calls, tokens, inputs, new) -> dict:
             gap = float((last.float() - full[:, length - 1]).abs().max())
             message = (f"the logits that choose new token {bad + 1} (after {after}) differ from a full forward "
                        f"pass of the same prefix by up to {gap:.3g}")
+            if bad == 0:  # wrong before any new token was fed: the forward pass itself, or the prefill's mask
+                message += ("; these come from the prompt alone, so compare your forward step with the model's own: "
+                            "ln1 before the projections, both residual additions, ln2 and ffn, ln_f before lm_head, "
+                            "and the causal mask on the prompt")
         else:
             message = (f"the logits that choose new token {bad + 1} have shape {describe(last)}, expected the last "
                        f"position's ({inputs.args[0].shape[0]}, {fields['vocab_size']})")
@@ -502,7 +522,13 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
     if isinstance(expected, dict) and "tokens" in expected:
         if not isinstance(result, dict) or "tokens" not in result:
             return f"could not read the tokens ({describe(result)})"
-        return diagnose_ids(result["tokens"], expected["tokens"], inputs, prompt=inputs.args[0])
+        problem = diagnose_ids(result["tokens"], expected["tokens"], inputs, prompt=inputs.args[0])
+        if problem is None and "again" in expected and \
+                diagnose_ids(result.get("again"), expected["again"], inputs, prompt=inputs.args[0]) is not None:
+            return ("the first call was right, but a second call on the same model with the generator seeded alike "
+                    "gave other tokens: is something (a cache?) kept from one call to the next? Start every call "
+                    "with an empty cache")
+        return problem
     return diagnose_ids(result, expected, inputs)
 
 
@@ -1052,6 +1078,9 @@ CACHED_CHECKS = (
     _tokens("generate_cached", "temperature_top_k", "temperature 0.7, top_k=4, a model with 3 layers and 4 heads",
             1, WIDE, 2, 6, 10, temperature=0.7, top_k=4),
     _tokens("generate_cached", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 4, 0),
+    Check("called_twice", "called twice on the same model, the generator seeded alike: the same tokens both times",
+          0.5, generation_inputs(SMALL, 2, 3, 5, temperature=1.0), probe=twice_probe("generate_cached"),
+          oracle=twice_oracle),
     _tokens("generate_cached", "fills_context", "prompt 4 + 12 new tokens = context_length 16 exactly", 0.5,
             SMALL, 1, 4, 12, temperature=0),
     _cache_facet("step_logits", "steps", "the logits of every cached step equal a full forward pass of the same "

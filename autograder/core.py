@@ -24,7 +24,7 @@ import numpy as np
 
 from .compare import Tolerance, compare_arrays
 from .reference import load_reference
-from .sandbox import quiet, time_limit
+from .sandbox import TimeLimitExceeded, quiet, time_limit
 from .student import Outcome
 
 CHECK_SECONDS = 5.0  # per call of a student's function on the small inputs of a check
@@ -508,22 +508,46 @@ def variant_namespace(part: Part, ref, variant) -> dict:
     return namespace
 
 
-def _run_variant(part: Part, ref, variant, inputs: Inputs, probe=None) -> _Trusted:
-    if probe is not None:
-        return _probe_trusted(probe, variant_namespace(part, ref, variant), inputs.copy())
-    return _call_trusted(lambda *a, v=variant, **k: v(ref, *a, **k), inputs.copy())
+# What trusted code gave on a check's inputs, kept for the life of the process: the inputs of
+# a check come from a fixed seed, so the reference's (or a catalogued variant's) result on them
+# is always the same. Naming a mistake runs every variant of the part on the failed checks;
+# kept, each runs once per check however many submissions (or catalogue tests) ask.
+_TRUSTED_OUTCOMES: dict[tuple, _Trusted] = {}
+
+
+def _kept(key: tuple | None, compute: Callable[[], _Trusted]) -> _Trusted:
+    if key is None:
+        return compute()
+    if key in _TRUSTED_OUTCOMES:
+        return _TRUSTED_OUTCOMES[key]
+    outcome = compute()
+    if not isinstance(outcome.error, TimeLimitExceeded | MemoryError):  # the machine's doing, maybe: not kept
+        _TRUSTED_OUTCOMES[key] = outcome
+    return outcome
+
+
+def _run_variant(part: Part, ref, variant, inputs: Inputs, probe=None, key: str | None = None) -> _Trusted:
+    """The variant's outcome on a check's inputs; `key`, the check's name, keeps it (see _kept)."""
+    def run():
+        if probe is not None:
+            return _probe_trusted(probe, variant_namespace(part, ref, variant), inputs.copy())
+        return _call_trusted(lambda *a, v=variant, **k: v(ref, *a, **k), inputs.copy())
+
+    return _kept(None if key is None else ("variant", id(ref), id(variant), part.name, key), run)
 
 
 def matching_misconceptions(unit: Unit, part: Part, ref, inputs: Inputs, student_outcome: Outcome,
-                            expected, tol: Tolerance, probe=None, among=None) -> list[Misconception]:
+                            expected, tol: Tolerance, probe=None, among=None,
+                            check: str | None = None) -> list[Misconception]:
     """The catalogued mistakes (of `among`, default all) whose variant reproduces the student's
-    (wrong) result here."""
+    (wrong) result here. `check` names the check whose seeded inputs these are (its variants'
+    results are then kept, see _TRUSTED_OUTCOMES)."""
     found = []
     for mistake in unit.misconceptions if among is None else among:
         variant = mistake.variants.get(part.name)
         if variant is None:
             continue
-        outcome = _run_variant(part, ref, variant, inputs, probe)
+        outcome = _run_variant(part, ref, variant, inputs, probe, key=check)
         if outcome.error is not None:
             # A variant that fails on these inputs matches a student who fails the same way.
             if student_outcome.error is not None and student_outcome.error_type == type(outcome.error).__name__:
@@ -546,9 +570,9 @@ def matching_misconceptions(unit: Unit, part: Part, ref, inputs: Inputs, student
 
 
 def variant_passes(mistake: Misconception, part: Part, ref, inputs: Inputs, expected, tol: Tolerance,
-                   probe=None) -> bool:
+                   probe=None, check: str | None = None) -> bool:
     """Whether a catalogued mistake would pass this check too (as the student did)."""
-    outcome = _run_variant(part, ref, mistake.variants[part.name], inputs, probe)
+    outcome = _run_variant(part, ref, mistake.variants[part.name], inputs, probe, key=check)
     if outcome.error is not None:
         return False
     with quiet():
@@ -585,13 +609,14 @@ def explain(unit: Unit, part: Part, ref, seen: list[_Seen]) -> Misconception | N
     candidates = None
     for s in failed:
         candidates = matching_misconceptions(unit, part, ref, s.inputs, s.outcome, s.expected, s.check.tol,
-                                             s.check.probe, among=candidates)
+                                             s.check.probe, among=candidates, check=s.check.name)
         if not candidates:
             return None
     # A mistake that would also fail a check the student passed is not what the student did,
     # even when nothing else explains the failures: naming it would be a guess.
     candidates = [m for m in candidates
-                  if all(variant_passes(m, part, ref, s.inputs, s.expected, s.check.tol, s.check.probe)
+                  if all(variant_passes(m, part, ref, s.inputs, s.expected, s.check.tol, s.check.probe,
+                                        check=s.check.name)
                          for s in seen if s.passed)]
     return candidates[0] if len(candidates) == 1 else None
 

@@ -321,6 +321,21 @@ def test_the_model_given_to_later_units_earns_nothing_in_unit_05(source, says):
     assert says in results[0].message, results[0].message
 
 
+@pytest.mark.parametrize(("part", "answer"), [
+    ("count_parameters", "def count_parameters(config):\n    return sum(p.numel() for p in GPT(config).parameters())\n"),
+    ("parameter_breakdown", "def parameter_breakdown(config):\n    model = GPT(config)\n"
+     "    return {'embeddings': model.token_emb.weight.numel() + model.pos_emb.weight.numel(), 'attention': 0,\n"
+     "            'ffn': 0, 'norms': 0, 'lm_head': 0}\n"),
+])
+def test_unit_05_counts_are_arithmetic_not_a_built_model(part, answer):
+    # As the visible checks say: building the modules hands the count to PyTorch.
+    spec = UNITS["05_model"]
+    source = (SUBMISSIONS / "05_model" / "correct_loops.py").read_text() + "\n\n" + answer
+    with worker(source, hidden=tuple(str(ROOT / path) for path in spec.hidden)) as student:
+        results = grade_part(spec, part, student)
+    assert all(not r.passed and "off limits" in r.message for r in results), [r.message for r in results]
+
+
 def test_a_failure_says_which_helpers_were_the_references():
     spec = UNITS["01_attention"]
     mistake = next(m for m in spec.misconceptions if "scaled_dot_product_attention" in m.variants)

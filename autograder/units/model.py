@@ -1104,6 +1104,8 @@ COUNT_CHECKS = tuple(
           oracle=numel_oracle),
 )
 
+NO_BUILDING = ("torch.nn.Embedding", "torch.nn.Linear", "torch.nn.LayerNorm")
+
 PARTS = (
     Part(
         "GPTConfig",
@@ -1157,10 +1159,13 @@ PARTS = (
                   "GPT-2 draws them", 1, init_inputs, probe=init_probe),
         ),
     ),
-    Part("count_parameters", diagnose=diagnose, checks=COUNT_CHECKS),
+    # Counted with arithmetic on the config, as the visible checks ask: building the modules (and
+    # summing their numel) would hand the count to PyTorch.
+    Part("count_parameters", diagnose=diagnose, checks=COUNT_CHECKS, forbid=NO_BUILDING),
     Part(
         "parameter_breakdown",
         diagnose=diagnose,
+        forbid=NO_BUILDING,
         checks=tuple(
             Check(term, what, points, lambda rng, term=term: Inputs((), {"term": term}),
                   probe=breakdown_probe)

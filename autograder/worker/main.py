@@ -480,7 +480,7 @@ def _refuse(module, attr: str, undo: list) -> None:
     name = f"{module.__name__}.{attr}"
 
     def refuse(*args, **kwargs):
-        raise ForbiddenShortcut(f"{name} is off limits in this exercise: write it from scratch")
+        raise ForbiddenShortcut(f"{name} is off limits in this part of the exercise: do its work yourself")
 
     setattr(module, attr, refuse)
     undo.append(lambda: setattr(module, attr, original))

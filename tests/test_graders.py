@@ -322,7 +322,8 @@ def test_the_model_given_to_later_units_earns_nothing_in_unit_05(source, says):
 
 
 @pytest.mark.parametrize(("part", "answer"), [
-    ("count_parameters", "def count_parameters(config):\n    return sum(p.numel() for p in GPT(config).parameters())\n"),
+    ("count_parameters",
+     "def count_parameters(config):\n    return sum(p.numel() for p in GPT(config).parameters())\n"),
     ("parameter_breakdown", "def parameter_breakdown(config):\n    model = GPT(config)\n"
      "    return {'embeddings': model.token_emb.weight.numel() + model.pos_emb.weight.numel(), 'attention': 0,\n"
      "            'ffn': 0, 'norms': 0, 'lm_head': 0}\n"),

@@ -127,6 +127,11 @@ class Part:
     # sandbox, so the class cannot be imported, read or rebuilt there under any name; and
     # the submission's own text is compared with its source (`copies_course_class`).
     not_from: tuple[str, ...] = ()
+    # Course modules the sandbox must still show (unit 04's grader runs its stand-ins from
+    # coursekit.blocks), whose classes are complete answers: a submission whose text imports one
+    # earns nothing here. (A pasted copy is not refused: these classes are a few canonical lines,
+    # which a correct answer written independently matches almost token for token.)
+    not_imported: tuple[str, ...] = ()
 
     @property
     def points(self) -> float:
@@ -661,11 +666,11 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     if given:
         return [result(check, False, f"`{part.name}` is copied from the course's ready-made `{given[0]}` (given to "
                        "later units), not your own: write the class here") for check in part.checks]
-    imported = [name for name in part.not_from if imports_course_module(source, name)]
+    modules = (*part.not_imported, *(name.rsplit(".", 1)[0] for name in part.not_from))
+    imported = [module for module in modules if imports_course_module(source, module)]
     if imported:
-        module = imported[0].rsplit(".", 1)[0]
-        return [result(check, False, f"the submission imports the course's `{module}`, whose ready-made classes are "
-                       f"given to later units: write `{part.name}` yourself, without that import")
+        return [result(check, False, f"the submission imports the course's `{imported[0]}`, whose ready-made "
+                       f"classes are given to later units: write `{part.name}` yourself, without that import")
                 for check in part.checks]
     if kind not in ("function", "class"):
         if kind != "missing":
@@ -805,13 +810,11 @@ def copies_course_class(source: str, dotted: str) -> bool:
 
 
 def imports_course_module(source: str, dotted: str) -> bool:
-    """Whether the submission's text imports the module of the course's class `dotted`
-    ("coursekit.blocks.FeedForward"): `import coursekit.blocks`, `from coursekit.blocks import
-    ...` or `from coursekit import blocks`. For a module the sandbox must still show (unit 04's
-    grader runs its stand-ins from it), where hiding the file is not an option."""
+    """Whether the submission's text imports the course module `dotted` ("coursekit.blocks"):
+    `import coursekit.blocks`, `from coursekit.blocks import ...` or `from coursekit import blocks`."""
     import re
 
-    package, _, module = dotted.rsplit(".", 1)[0].rpartition(".")
+    package, _, module = dotted.rpartition(".")
     pattern = (rf"^\s*(import|from)\s+{re.escape(package)}\s*\.\s*{re.escape(module)}\b"
                rf"|^\s*from\s+{re.escape(package)}\s+import\s+[^\n]*\b{re.escape(module)}\b")
     return bool(source) and re.search(pattern, source, flags=re.M) is not None

@@ -1076,8 +1076,8 @@ PARTS = (
         diagnose=diagnose,
         forbid=ATTENTION_FORBID,
         # coursekit.blocks (the course's block for units 05+) stays in the sandbox, where the
-        # stand-ins above come from: an import of it, or a pasted copy, earns nothing here.
-        not_from=("coursekit.blocks.CausalSelfAttention",),
+        # stand-ins above come from: an answer that imports it earns nothing here.
+        not_imported=("coursekit.blocks",),
         checks=(
             Check("attributes", "MultiHeadAttention(12, 3): n_heads and the parameters' names and shapes", 1,
                   module_inputs("MultiHeadAttention", (12, 3), (1, 4, 12)),
@@ -1107,7 +1107,7 @@ PARTS = (
         kind="class",
         diagnose=diagnose,
         library_stubs=GELU_STUB,
-        not_from=("coursekit.blocks.FeedForward",),
+        not_imported=("coursekit.blocks",),
         checks=(
             Check("attributes_default_width", "FeedForward(12): fc1 and fc2, d_ff defaulting to 48", 1,
                   module_inputs("FeedForward", (12,), (1, 3, 12)), probe=structure_probe("FeedForward")),
@@ -1129,7 +1129,7 @@ PARTS = (
         kind="class",
         diagnose=diagnose,
         library_stubs=BLOCK_STUBS,
-        not_from=("coursekit.blocks.TransformerBlock",),
+        not_imported=("coursekit.blocks",),
         checks=(
             Check("attributes", "TransformerBlock(12, 3): ln1, attn, ln2, ffn and their parameters", 1,
                   module_inputs("TransformerBlock", (12, 3), (1, 4, 12)), probe=structure_probe("TransformerBlock")),

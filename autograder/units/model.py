@@ -427,7 +427,11 @@ def init_summary(state, fields: dict) -> dict:
     return {"labels": labels, "std": stds}
 
 
+INIT_SEED = 1234  # the random weights a fresh model draws are the same on every run (and for every variant)
+
+
 def init_probe(api, inputs: Inputs):
+    api.given("torch.manual_seed", INIT_SEED)
     model = api.new("GPT", api.record(**inputs.kwargs["fields"]))
     return init_summary(api.method(model, "state_dict"), inputs.kwargs["fields"])
 
@@ -435,6 +439,7 @@ def init_probe(api, inputs: Inputs):
 def initial_loss_probe(api, inputs: Inputs):
     """The cross-entropy of a freshly built model's logits on random ids and targets, against ln V."""
     fields = inputs.kwargs["fields"]
+    api.given("torch.manual_seed", INIT_SEED)
     model = api.new("GPT", api.record(**fields))
     api.method(model, "eval", keep=True)
     idx, targets = inputs.args

@@ -1158,6 +1158,9 @@ PARTS = (
 
 UNIT = Unit(
     UNIT_NAME,
+    # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
+    # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
+    cell_seconds=15,
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
     sample_bug=SampleBug("gelu", "math.sqrt(2", "(1", "gelu_erf_unscaled"),

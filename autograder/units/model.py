@@ -1205,6 +1205,9 @@ PARTS = (
 
 UNIT = Unit(
     UNIT_NAME,
+    # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
+    # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
+    cell_seconds=15,
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
     # The course's finished GPT (for units 06 and 07) is what this unit asks students to write:

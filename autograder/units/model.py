@@ -774,6 +774,11 @@ def breakdown_with(**knobs):
     return lambda reference, config: terms_with(config, **knobs)
 
 
+def count_and_breakdown_with(**knobs) -> dict:
+    """One slip in a term, made in both parts: the total and the dict by kind."""
+    return {"count_parameters": count_with(**knobs), "parameter_breakdown": breakdown_with(**knobs)}
+
+
 MISCONCEPTIONS = (
     Misconception(
         "config_tie_default_false", "a GPTConfig whose tie_weights defaults to False",
@@ -943,8 +948,7 @@ MISCONCEPTIONS = (
     Misconception(
         "count_tied_twice", "a count that includes the tied lm_head matrix as well as token_emb",
         "A tied matrix is one set of parameters: count V * d once when tie_weights is True.",
-        {"count_parameters": count_with(tied_counted_twice=True),
-         "parameter_breakdown": breakdown_with(tied_counted_twice=True)},
+        count_and_breakdown_with(tied_counted_twice=True),
     ),
     Misconception(
         "count_untied_no_head", "a count that leaves out lm_head's own weight when tie_weights is False",
@@ -954,19 +958,17 @@ MISCONCEPTIONS = (
     Misconception(
         "count_head_bias", "an untied lm_head counted with a bias",
         "lm_head is nn.Linear(d_model, vocab_size, bias=False): untied, it adds V * d and nothing more.",
-        {"count_parameters": count_with(head_bias=True), "parameter_breakdown": breakdown_with(head_bias=True)},
+        count_and_breakdown_with(head_bias=True),
     ),
     Misconception(
         "count_norm_weight_only", "LayerNorms counted as d_model parameters each, their biases left out",
         "nn.LayerNorm(d) holds a weight and a bias, 2 * d: two per block and ln_f.",
-        {"count_parameters": count_with(norm_weight_only=True),
-         "parameter_breakdown": breakdown_with(norm_weight_only=True)},
+        count_and_breakdown_with(norm_weight_only=True),
     ),
     Misconception(
         "count_ln_f_per_block", "ln_f counted in every block (three LayerNorms per block) instead of once",
         "Each block has two LayerNorms, ln1 and ln2; ln_f comes once, after the last block.",
-        {"count_parameters": count_with(ln_f_per_block=True),
-         "parameter_breakdown": breakdown_with(ln_f_per_block=True)},
+        count_and_breakdown_with(ln_f_per_block=True),
     ),
     Misconception(
         "breakdown_ln_f_in_head", "ln_f counted under `lm_head` instead of `norms`",
@@ -977,31 +979,27 @@ MISCONCEPTIONS = (
         "count_per_head_qkv", "attention counted with a d x d query, key and value matrix for every head",
         "The heads share q_proj, k_proj and v_proj: each head reads d_model / n_heads of their columns, so "
         "attention is four d x d matrices with biases, whatever n_heads is.",
-        {"count_parameters": count_with(per_head_qkv=True), "parameter_breakdown": breakdown_with(per_head_qkv=True)},
+        count_and_breakdown_with(per_head_qkv=True),
     ),
     Misconception(
         "count_no_biases", "a count that leaves out the linear layers' biases",
         "q_proj, k_proj, v_proj, out_proj, fc1 and fc2 each have a bias: 4 d + d_ff + d per block.",
-        {"count_parameters": count_with(no_biases=True),
-         "parameter_breakdown": breakdown_with(no_biases=True)},
+        count_and_breakdown_with(no_biases=True),
     ),
     Misconception(
         "count_no_norms", "a count that leaves out the LayerNorms",
         "Every LayerNorm holds a weight and a bias of d_model each: two per block, plus ln_f.",
-        {"count_parameters": count_with(no_norms=True),
-         "parameter_breakdown": breakdown_with(no_norms=True)},
+        count_and_breakdown_with(no_norms=True),
     ),
     Misconception(
         "count_no_final_norm", "a count that forgets ln_f",
         "The final LayerNorm adds 2 * d_model, once (it is not in a block).",
-        {"count_parameters": count_with(no_final_norm=True),
-         "parameter_breakdown": breakdown_with(no_final_norm=True)},
+        count_and_breakdown_with(no_final_norm=True),
     ),
     Misconception(
         "count_no_positions", "a count that forgets the position embedding",
         "pos_emb holds context_length * d_model parameters.",
-        {"count_parameters": count_with(no_positions=True),
-         "parameter_breakdown": breakdown_with(no_positions=True)},
+        count_and_breakdown_with(no_positions=True),
     ),
     Misconception(
         "count_d_ff_default", "a count that takes d_ff = d_model when d_ff is None",
@@ -1011,8 +1009,7 @@ MISCONCEPTIONS = (
     Misconception(
         "count_ignores_d_ff", "a count that always takes d_ff = 4 * d_model, even when the config gives d_ff",
         "4 * d_model is only the default: when config.d_ff is a number, fc1 and fc2 are that wide.",
-        {"count_parameters": count_with(ignores_d_ff=True),
-         "parameter_breakdown": breakdown_with(ignores_d_ff=True)},
+        count_and_breakdown_with(ignores_d_ff=True),
     ),
     Misconception(
         "count_no_out_proj", "a count with three d x d projections in attention instead of four",

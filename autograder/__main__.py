@@ -8,12 +8,17 @@ USAGE = """usage:
   python -m autograder demo                           the instructor's loop on the sample class
   python -m autograder bench <what>                   benchmarks that print figures (generation, attention)
   python -m autograder train [--minutes M] [--device D]   train the course's GPT on the shipped corpus
+  python -m autograder feedback <unit> <path> [--part P]  the hidden graders' report on a notebook, as JSON
+  python -m autograder feedback-server [<unit>...]    the feedback service for a class (see README.md)
+  python -m autograder feedback-report <unit>         the mistakes a class made, from the service's records
   python -m autograder autograde <unit> [--workers N] [--students A,B] [--scheduler ADDRESS] [--feedback]
                                                       grade a class's submissions in parallel"""
 
 
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in {"check", "build", "demo", "bench", "train", "autograde"}:
+    commands = {"check", "build", "demo", "bench", "train", "autograde", "feedback", "feedback-server",
+                "feedback-report"}
+    if not argv or argv[0] not in commands:
         print(USAGE)
         return 2
     command, rest = argv[0], argv[1:]
@@ -25,6 +30,12 @@ def main(argv: list[str]) -> int:
         from .bench import main as run
     elif command == "train":
         from .train import main as run
+    elif command == "feedback":
+        from .feedback import main as run
+    elif command == "feedback-server":
+        from .feedback_server import main as run
+    elif command == "feedback-report":
+        from .feedback_server import report_main as run
     elif command == "autograde":
         from .classgrading import main as run
     else:

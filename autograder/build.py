@@ -51,9 +51,10 @@ def built_notebook(path: Path, unit: str, is_solution: bool):
     nb = nbformat.read(path, as_version=4)
     sync_quiz_cells(nb, unit, str(path.relative_to(ROOT)))
     if is_solution:
-        from .gradecells import sync_grade_cells
+        from .gradecells import sync_feedback_cells, sync_grade_cells
 
         sync_grade_cells(nb, unit, str(path.relative_to(ROOT)))
+        sync_feedback_cells(nb, unit)
         check_locked_cells(nb, str(path.relative_to(ROOT)))
     clean_outputs(nb)
     return nb

@@ -168,6 +168,19 @@ def _warm_up(unit: str) -> None:
         _WARM.add(unit)
 
 
+_WARM_CHECKS: set[str] = set()  # the units whose checks this worker forks (feedback service)
+
+
+def warm_up_checks(unit: str) -> None:
+    """For the feedback service's pool: the hidden tests of `unit` run in a child forked from
+    this worker, which has pytest and the unit's graders imported (`cli.prepare_forked_runs`)."""
+    if unit not in _WARM_CHECKS:
+        from . import cli
+
+        cli.prepare_forked_runs(unit)
+        _WARM_CHECKS.add(unit)
+
+
 def _autograde_here(course: Path, unit: str, student: str) -> str:
     from nbgrader.apps.api import NbGraderAPI
     from nbgrader.coursedir import CourseDirectory
@@ -306,8 +319,8 @@ class LocalEngine:
         self.pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
         self.workers = workers
 
-    def submit(self, task: dict):
-        return self.pool.submit(grade_submission, task)
+    def submit(self, task: dict, function=grade_submission):
+        return self.pool.submit(function, task)
 
     def as_completed(self, futures):
         from concurrent.futures import as_completed
@@ -331,10 +344,10 @@ class DaskEngine:
         self.client = Client(address)
         self.workers = max(1, sum(w.get("nthreads", 1) for w in self.client.scheduler_info()["workers"].values()))
 
-    def submit(self, task: dict):
+    def submit(self, task: dict, function=grade_submission):
         # pure=False: a resubmitted task is graded again, not answered from Dask's cache.
-        key = f"grade-{task['unit']}-{task['student']}-{time.monotonic_ns()}"
-        return self.client.submit(grade_submission, {**task, "fork": False}, pure=False, key=key)
+        key = f"{function.__name__}-{task['unit']}-{task.get('student', '')}-{time.monotonic_ns()}"
+        return self.client.submit(function, {**task, "fork": False}, pure=False, key=key)
 
     def as_completed(self, futures):
         from distributed import as_completed

@@ -141,7 +141,7 @@ def configure(c, root: Path) -> None:
 
     from .inert import InertFeedbackExporter, InertNotebook
     from .kernel import SandboxedExecute
-    from .nbgrader_grades import FillGradeCells, InertOutputs, StartTrustedGrading
+    from .nbgrader_grades import FillGradeCells, InertOutputs, StartTrustedGrading, ValidateExecute
 
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.course_id = "transformer-course"
@@ -172,6 +172,9 @@ def configure(c, root: Path) -> None:
         SaveAutoGrades, AssignLatePenalties, InertNotebook, CheckCellMetadata,
     ]
     c.Execute.timeout = CELL_TIMEOUT
+    # Validate (the toolbar button, `nbgrader validate`): grade cells report the visible checks and
+    # the hidden graders' verdict (coursekit.feedback.validate_part), so they get longer to run.
+    c.Validator.preprocessors = [CheckCellMetadata, ClearOutput, ValidateExecute]
     # Feedback: keep the hidden part of grade cells hidden. The autograded notebook is not
     # trusted to be inert: its outputs and cells are made inert again, and the exporter cleans
     # the rendered page's body after rendering (nbgrader's SanitizeHTML, disabled unless

@@ -21,17 +21,20 @@
 from __future__ import annotations
 
 import atexit
+import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import nbformat
 from nbconvert.preprocessors import Preprocessor
-from traitlets import Float
+from nbgrader.preprocessors import Execute
+from traitlets import Float, Integer
 
 from .cli import GradingFailed, GradingRun, results_of
+from .feedback import grade_cell_text
 from .plugin import GRADER_FAILED
-from .report import fmt, summary
+from .report import fmt
 from .submission import nbgrader_meta
 
 RUNS: dict[str, GradingRun] = {}  # notebook being graded -> its trusted run
@@ -114,13 +117,8 @@ class FillGradeCells(Preprocessor):
             mine = [r for r in results if r.name.split("/", 1)[0] == part]
             if problem is not None:
                 text, score = f"`{part}`: 0 / {fmt(max_score)} points. {problem}", 0.0
-            elif not mine:
-                text, score = f"`{part}`: 0 / {fmt(max_score)} points. The grader has no checks for this cell.", 0.0
-            else:
-                text = summary(f"`{part}`", mine)
-                score = min(max(sum(r.points for r in mine), 0.0), max_score)
-                if notes and score < max_score:
-                    text += "\nWhile loading your notebook: " + "; ".join(notes[:5])
+            else:  # worded as the check line's report words it (feedback.py), from the same function
+                text, score = grade_cell_text(part, mine, max_score, notes)
             cell.outputs = [
                 nbformat.v4.new_output("stream", name="stdout", text=text + "\n"),
                 nbformat.v4.new_output("execute_result", data={"text/plain": repr(float(score))},
@@ -135,6 +133,34 @@ class FillGradeCells(Preprocessor):
         with Gradebook(info["db_url"]) as gb:
             notebook = gb.find_notebook(info["notebook"], info["assignment"])
             return {cell.name: float(cell.max_score) for cell in notebook.grade_cells}
+
+
+class ValidateExecute(Execute):
+    """nbgrader validate's Execute, with time for the hidden graders' verdict.
+
+    Under validate a grade cell asks the hidden graders (coursekit.feedback.validate_part),
+    which takes from a few seconds to a minute and more on a busy machine: grade cells get
+    `grade_cell_timeout`, every other cell nbgrader's usual per-cell timeout. The kernel is
+    told how long its grade cells may wait (COURSE_VALIDATE_WAIT, inherited when it starts)."""
+
+    grade_cell_timeout = Integer(900, help="seconds a grade cell may run under validate").tag(config=True)
+
+    def preprocess(self, nb, resources=None, km=None):
+        from coursekit.feedback import VALIDATE_WAIT_ENV
+
+        self.timeout_func = self._timeout_for
+        before = os.environ.get(VALIDATE_WAIT_ENV)
+        os.environ[VALIDATE_WAIT_ENV] = str(max(self.grade_cell_timeout - 30, 1))
+        try:
+            return super().preprocess(nb, resources, km)
+        finally:
+            if before is None:
+                os.environ.pop(VALIDATE_WAIT_ENV, None)
+            else:
+                os.environ[VALIDATE_WAIT_ENV] = before
+
+    def _timeout_for(self, cell):
+        return self.grade_cell_timeout if nbgrader_meta(cell).get("grade") else self.timeout
 
 
 class InertOutputs(Preprocessor):

@@ -51,3 +51,5 @@ def sync_quiz_cells(nb, unit: str, where: str) -> None:
         if qid not in bank:
             raise KeyError(f"{where}: quiz cell {qid!r} is not in quizzes/{unit}.yml")
         cell.source = quiz_cell_source(bank[qid])
+        # Only the question (the output) shows: the packed string is nothing to read.
+        cell.metadata.setdefault("jupyter", {})["source_hidden"] = True

@@ -30,10 +30,11 @@ def is_quiz_cell(cell) -> bool:
 
 # Locked cells are the instructor's, and nbgrader restores their text from the gradebook
 # before grading. Those named `setup*` define what the answers build on (imports, given
-# functions). The others only test or show the answers: visible checks, figures and demos.
+# functions). The others only test or show the answers: visible checks, figures, demos, and
+# the check lines that ask the hidden graders (`feedback_*`, coursekit.feedback).
 # `course.py build` refuses a locked cell named any other way.
 SETUP_PREFIX = "setup"
-SHOWS_ONLY_PREFIXES = ("check_", "figure_", "demo_")
+SHOWS_ONLY_PREFIXES = ("check_", "figure_", "demo_", "feedback_")
 
 
 def is_shows_only_cell(cell) -> bool:

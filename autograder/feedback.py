@@ -1,0 +1,152 @@
+"""Named feedback before the deadline: the hidden graders' report on a saved notebook, part by
+part, worded exactly as the grade cells word it after `nbgrader autograde`.
+
+    python -m autograder feedback UNIT PATH [--part NAME]   # JSON on stdout
+
+The student's check line (`coursekit.feedback`) runs this on the student's own machine when
+the graders are there, and the feedback service (`feedback_server.py`) runs `check_task` on its
+pool when they are not. Both grade with `cli.GradingRun`, the same trusted pytest run (and the
+same sandboxed worker) that fills the grade cells, so the three can never disagree.
+
+What leaves here is what a grade cell shows: each part's points and messages, and the ids of
+the catalogued mistakes it was named with. No test code, no reference values.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+from .cli import GradingFailed, start_grading
+from .core import CheckResult
+from .report import fmt, summary
+from .units import UNITS, get_unit
+
+ALL = "all"  # a request for every part of the unit
+MAX_NOTEBOOK_BYTES = 4 * 1024 * 1024  # an exercise notebook without outputs is 20-60 KB
+
+
+class NotGradable(ValueError):
+    """The file cannot be graded as this unit's notebook; the message says why, in one sentence."""
+
+
+def grade_cell_text(part: str, results: list[CheckResult], max_score: float,
+                    load_notes: list[str]) -> tuple[str, float]:
+    """What a part's grade cell shows, and its points (clamped to [0, max_score])."""
+    if not results:
+        return f"`{part}`: 0 / {fmt(max_score)} points. The grader has no checks for this cell.", 0.0
+    text = summary(f"`{part}`", results)
+    score = min(max(sum(r.points for r in results), 0.0), max_score)
+    if load_notes and score < max_score:
+        text += "\nWhile loading your notebook: " + "; ".join(load_notes[:5])
+    return text, score
+
+
+def parts_asked(unit: str, part: str | None) -> list[str]:
+    names = [p.name for p in get_unit(unit).parts]
+    if part in (None, "", ALL):
+        return names
+    if part not in names:
+        raise NotGradable(f"{unit} has no graded part named {part!r}; its parts are {', '.join(names)}")
+    return [part]
+
+
+def part_reports(unit: str, report: dict, parts: list[str]) -> dict:
+    """The grading run's report, cut down to what the grade cells of `parts` would show."""
+    results = [CheckResult(**c) for c in report.get("checks", [])]
+    notes = list(report.get("load_notes", []))
+    out = []
+    for spec in get_unit(unit).parts:
+        if spec.name not in parts:
+            continue
+        mine = [r for r in results if r.name.split("/", 1)[0] == spec.name]
+        text, score = grade_cell_text(spec.name, mine, spec.points, notes)
+        mistakes = sorted({r.misconception for r in mine if not r.passed and r.misconception})
+        out.append({"name": spec.name, "points": score, "max_points": spec.points, "text": text,
+                    "mistakes": mistakes})
+    return {"unit": unit, "parts": out, "score": sum(p["points"] for p in out),
+            "max_score": sum(p["max_points"] for p in out)}
+
+
+def notebook_problem(unit: str, data: bytes) -> str | None:
+    """Why `data` is not a notebook this unit can grade, in one sentence; None when it is."""
+    if len(data) > MAX_NOTEBOOK_BYTES:
+        return (f"the notebook is {len(data) / 1e6:.1f} MB, over the {MAX_NOTEBOOK_BYTES / 1e6:.0f} MB limit: "
+                "clear its outputs (Edit > Clear Outputs of All Cells), save, and check again")
+    try:
+        nb = json.loads(data)
+    except (ValueError, RecursionError):
+        return "that is not a notebook (not JSON): send the .ipynb file itself"
+    if not isinstance(nb, dict) or nb.get("nbformat") != 4 or not isinstance(nb.get("cells"), list):
+        return "that is not a Jupyter notebook (nbformat 4)"
+    ids = set()
+    for cell in nb["cells"]:
+        meta = cell.get("metadata") if isinstance(cell, dict) else None
+        grader = meta.get("nbgrader") if isinstance(meta, dict) else None
+        if isinstance(grader, dict) and isinstance(grader.get("grade_id"), str):
+            ids.add(grader["grade_id"])
+    ours = {f"grade_{p.name}" for p in get_unit(unit).parts}
+    if ids and not ids & ours:
+        for other, spec in UNITS.items():
+            if ids & {f"grade_{p.name}" for p in spec.parts}:
+                return f"this is the notebook of {other}, not of {unit}"
+    return None
+
+
+def feedback_for(unit: str, data: bytes, part: str | None = None, name: str = "submission.ipynb") -> dict:
+    """Grade the notebook `data` as `unit`: the report of the parts asked for.
+
+    Raises NotGradable (the student's to fix) or GradingFailed (the grader's own failure)."""
+    parts = parts_asked(unit, part)
+    # A .py file (the CLI's, as `course.py check` takes) is graded as it is; the service sends notebooks.
+    problem = None if name.endswith(".py") else notebook_problem(unit, data)
+    if problem:
+        raise NotGradable(problem)
+    with tempfile.TemporaryDirectory(prefix="feedback-") as folder:
+        path = Path(folder) / Path(name).name
+        path.write_bytes(data)
+        report, _ = start_grading(unit, path).result()
+    if "error" in report:
+        raise NotGradable(f"your notebook could not be graded: {report['error']}")
+    return part_reports(unit, report, parts)
+
+
+def check_task(task: dict) -> dict:
+    """One check, as a task for the class-grading pool (local or Dask): {unit, part, notebook}
+    in, {"ok": True, "report": ...} or {"ok": False, "kind": "student"|"grader", "error"} out."""
+    unit = task["unit"]
+    if task.get("fork", True):
+        from . import classgrading
+
+        classgrading.warm_up_checks(unit)
+    try:
+        return {"ok": True, "report": feedback_for(unit, task["notebook"], task.get("part"))}
+    except NotGradable as err:
+        return {"ok": False, "kind": "student", "error": str(err)}
+    except GradingFailed as err:
+        return {"ok": False, "kind": "grader", "error": str(err).splitlines()[0]}
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m autograder feedback", description=__doc__.split("\n")[0])
+    parser.add_argument("unit")
+    parser.add_argument("path", help="the saved .ipynb")
+    parser.add_argument("--part", default=ALL, help="one graded part (default: all)")
+    args = parser.parse_args(argv)
+    try:
+        data = Path(args.path).read_bytes()
+        print(json.dumps(feedback_for(args.unit, data, args.part, Path(args.path).name), indent=1))
+        return 0
+    except (OSError, KeyError, NotGradable) as err:
+        print(json.dumps({"error": str(err.args[0] if err.args else err), "kind": "student"}))
+        return 2
+    except GradingFailed as err:
+        print(json.dumps({"error": str(err).splitlines()[0], "kind": "grader"}))
+        return 3
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,163 @@
+"""The check line (coursekit.feedback): the hidden graders' report on the saved notebook, in
+the notebook, before the deadline; and nbgrader's Validate, which must not call an unfinished
+or wrong notebook a pass. (The feedback service has its own tests; the browser test drives
+both through JupyterLab.)"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+from autograder.feedback import feedback_for
+from autograder.paths import ROOT, release_notebook, solution_notebook
+from autograder.submission import nbgrader_meta
+from autograder.units import UNITS
+from coursekit import feedback
+
+GRADED = [u for u in UNITS if solution_notebook(u).exists()]
+GLOBAL_MAX_SOFTMAX = (
+    "def softmax(x, axis=-1):\n"
+    "    e = np.exp(x - x.max())\n"
+    "    return e / e.sum(axis=axis, keepdims=True)\n"
+)
+NAMED = "This looks like a softmax shifted by the maximum of the whole array"
+
+
+def grade_id(cell) -> str:
+    return str(nbgrader_meta(cell).get("grade_id", ""))
+
+
+@pytest.fixture
+def private_cache(tmp_path, monkeypatch):
+    """Each test its own cache of answers (and no configured service)."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    for name in (feedback.ENV_URL, feedback.ENV_TOKEN, "NBGRADER_EXECUTION", "JPY_SESSION_NAME"):
+        monkeypatch.delenv(name, raising=False)
+    return tmp_path
+
+
+def with_answer(unit: str, part: str, source: str, folder: Path) -> Path:
+    """A copy of the student release of `unit` with `part`'s answer cell replaced."""
+    nb = nbformat.read(release_notebook(unit), as_version=4)
+    [cell] = [c for c in nb.cells if grade_id(c) == part]
+    cell.source = source
+    path = folder / release_notebook(unit).name
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.mark.parametrize("unit", GRADED)
+def test_every_graded_part_has_a_check_line_after_its_grade_cell(unit):
+    nb = nbformat.read(release_notebook(unit), as_version=4)
+    ids = [grade_id(c) for c in nb.cells]
+    for part in UNITS[unit].parts:
+        at = ids.index(f"grade_{part.name}")
+        line = nb.cells[at + 1]
+        assert grade_id(line) == f"feedback_{part.name}" and nbgrader_meta(line).get("locked")
+        assert f'ask_graders("{unit}", "{part.name}")' in line.source
+        assert f'validate_part("{unit}", "{part.name}")' in nb.cells[at].source
+    assert grade_id(nb.cells[-1]) == "feedback_all" and f'ask_graders("{unit}")' in nb.cells[-1].source
+    quizzes = [c for c in nb.cells if "quiz" in c.metadata]
+    assert quizzes and all(c.metadata.get("jupyter", {}).get("source_hidden") for c in quizzes)
+
+
+def test_the_check_line_in_a_kernel_names_the_mistake_of_the_saved_answer(private_cache, monkeypatch):
+    """The line as a student runs it: in a Jupyter kernel started for the saved notebook (as
+    Jupyter Server starts it: JPY_SESSION_NAME), with the course's own graders."""
+    path = with_answer("01_attention", "softmax", GLOBAL_MAX_SOFTMAX, private_cache)
+    nb = nbformat.read(path, as_version=4)
+    ids = [grade_id(c) for c in nb.cells]
+    wanted = ("setup", "softmax", "feedback_softmax")
+    run = nbformat.v4.new_notebook(cells=[nb.cells[ids.index(i)] for i in wanted])
+    monkeypatch.setenv("JPY_SESSION_NAME", str(path))  # the kernel inherits it, as from Jupyter Server
+    NotebookClient(run, timeout=300, kernel_name="python3", resources={"metadata": {"path": str(private_cache)}}
+                   ).execute()
+    text = "".join(o.get("text", "") for o in run.cells[-1].outputs)
+    assert "`softmax`: 3 / 4 points" in text and NAMED in text, text
+    assert "as saved at" in text and "Careful" not in text, text
+    # The same report, word for word, as the graders' own (`python -m autograder feedback`).
+    report = feedback_for("01_attention", path.read_bytes(), "softmax")
+    assert report["parts"][0]["text"] in text
+
+
+def test_the_check_line_says_when_the_saved_file_is_not_what_ran():
+    saved = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(GLOBAL_MAX_SOFTMAX),
+                                            nbformat.v4.new_code_cell("def other():\n    return 1\n")])
+    ran_then_edited = [GLOBAL_MAX_SOFTMAX, "def softmax(x, axis=-1):\n    return x\n", "def other():\n    return 1"]
+    assert feedback.unsaved_names(saved, ran_then_edited) == ["softmax"]
+    assert feedback.unsaved_names(saved, [GLOBAL_MAX_SOFTMAX, "def other():\n    return 1"]) == []
+    assert feedback.unsaved_names(saved, []) == []  # a fresh kernel: the file is all there is
+
+
+def test_without_graders_or_service_the_line_says_so_in_one_sentence(private_cache, monkeypatch, capsys):
+    path = with_answer("01_attention", "softmax", GLOBAL_MAX_SOFTMAX, private_cache)
+    monkeypatch.setenv("JPY_SESSION_NAME", str(path))
+    monkeypatch.setattr(feedback, "COURSE_ROOT", private_cache)  # a class release: no autograder/
+    feedback.ask_graders("01_attention", "softmax")
+    out = capsys.readouterr().out.strip()
+    assert out.startswith("The hidden graders are not part of this copy") and out.count(". ") == 0, out
+    assert not (private_cache / "cache").exists()  # nothing was started
+
+
+def test_while_nbgrader_runs_the_notebook_the_line_does_nothing(private_cache, monkeypatch, capsys):
+    monkeypatch.setenv("NBGRADER_EXECUTION", "autograde")
+    feedback.ask_graders("01_attention", "softmax")
+    feedback.validate_part("01_attention", "softmax")
+    assert "does nothing while nbgrader runs" in capsys.readouterr().out
+    assert not (private_cache / "cache").exists()
+
+
+def validate(folder: Path) -> str:
+    """`nbgrader validate` on every notebook in `folder`, configured as the course configures it
+    (the course root's nbgrader_config.py), as a student's JupyterLab would run it."""
+    (folder / "nbgrader_config.py").write_text(
+        "import sys\n"
+        f"sys.path.insert(0, {str(ROOT)!r})\n"
+        "from autograder.nbgrader_course import configure\n"
+        f"configure(get_config(), {str(ROOT)!r})\n")
+    notebooks = sorted(p.name for p in folder.glob("*.ipynb"))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop("JPY_SESSION_NAME", None)
+    proc = subprocess.run([sys.executable, "-m", "nbgrader", "validate", *notebooks], cwd=folder, env=env,
+                          capture_output=True, text=True, timeout=900)
+    return proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize("unit", GRADED)
+def test_validate_fails_the_untouched_release(unit, private_cache):
+    shutil.copy(release_notebook(unit), private_cache)
+    out = validate(private_cache)
+    assert "Success" not in out and "VALIDATION FAILED" in out, out[-3000:]
+    assert "does not pass its visible checks" in out, out[-3000:]
+
+
+@pytest.mark.parametrize("unit", GRADED)
+def test_validate_passes_the_reference(unit, private_cache):
+    shutil.copy(solution_notebook(unit), private_cache)
+    out = validate(private_cache)
+    assert "Success! Your notebook passes all the tests." in out, out[-3000:]
+
+
+def test_validate_fails_a_part_only_the_hidden_graders_catch(private_cache):
+    """A softmax that changes its input in place passes the visible checks (softmax does not
+    change when its input is shifted); the hidden graders' verdict fails the cell."""
+    nb = nbformat.read(solution_notebook("01_attention"), as_version=4)
+    [cell] = [c for c in nb.cells if grade_id(c) == "softmax"]
+    assert "shifted = x - x.max(axis=axis, keepdims=True)" in cell.source
+    cell.source = cell.source.replace("shifted = x - x.max(axis=axis, keepdims=True)",
+                                      "x -= x.max(axis=axis, keepdims=True)\n    shifted = x")
+    nbformat.write(nb, private_cache / "attention.ipynb")
+    out = validate(private_cache)
+    assert "VALIDATION FAILED ON 1 CELL(S)" in out and "`softmax`: 3 / 4 points" in out, out[-3000:]
+    assert "changed its input" in out and "Success" not in out, out[-3000:]
+    cached = list((private_cache / "cache" / "transformer-course" / "feedback").glob("*.json"))
+    assert len(cached) == 1 and json.loads(cached[0].read_text())["ok"]  # graded once for all three cells

@@ -141,7 +141,13 @@ def configure(c, root: Path) -> None:
 
     from .inert import InertFeedbackExporter, InertNotebook
     from .kernel import SandboxedExecute
-    from .nbgrader_grades import FillGradeCells, InertOutputs, StartTrustedGrading, ValidateExecute
+    from .nbgrader_grades import (
+        GRADE_CELL_VALIDATE_SECONDS,
+        FillGradeCells,
+        InertOutputs,
+        StartTrustedGrading,
+        validate_timeout,
+    )
 
     c.CourseDirectory.root = str(root)
     c.CourseDirectory.course_id = "transformer-course"
@@ -173,8 +179,13 @@ def configure(c, root: Path) -> None:
     ]
     c.Execute.timeout = CELL_TIMEOUT
     # Validate (the toolbar button, `nbgrader validate`): grade cells report the visible checks and
-    # the hidden graders' verdict (coursekit.feedback.validate_part), so they get longer to run.
-    c.Validator.preprocessors = [CheckCellMetadata, ClearOutput, ValidateExecute]
+    # the hidden graders' verdict (coursekit.feedback.validate_part), so they get longer to run,
+    # and the kernel (which inherits this process's environment) is told how long it may wait.
+    c.Execute.timeout_func = validate_timeout
+    c.SandboxedExecute.timeout_func = None
+    from coursekit.feedback import VALIDATE_WAIT_ENV
+
+    os.environ[VALIDATE_WAIT_ENV] = str(GRADE_CELL_VALIDATE_SECONDS - 30)
     # Feedback: keep the hidden part of grade cells hidden. The autograded notebook is not
     # trusted to be inert: its outputs and cells are made inert again, and the exporter cleans
     # the rendered page's body after rendering (nbgrader's SanitizeHTML, disabled unless

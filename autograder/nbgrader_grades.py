@@ -21,15 +21,13 @@
 from __future__ import annotations
 
 import atexit
-import os
 import shutil
 import tempfile
 from pathlib import Path
 
 import nbformat
 from nbconvert.preprocessors import Preprocessor
-from nbgrader.preprocessors import Execute
-from traitlets import Float, Integer
+from traitlets import Float
 
 from .cli import GradingFailed, GradingRun, results_of
 from .feedback import grade_cell_text
@@ -135,32 +133,19 @@ class FillGradeCells(Preprocessor):
             return {cell.name: float(cell.max_score) for cell in notebook.grade_cells}
 
 
-class ValidateExecute(Execute):
-    """nbgrader validate's Execute, with time for the hidden graders' verdict.
+GRADE_CELL_VALIDATE_SECONDS = 900  # a grade cell under validate: it waits for the hidden graders' verdict
+
+
+def validate_timeout(cell) -> int:
+    """Per-cell timeouts under `nbgrader validate` (nbclient's `timeout_func`).
 
     Under validate a grade cell asks the hidden graders (coursekit.feedback.validate_part),
-    which takes from a few seconds to a minute and more on a busy machine: grade cells get
-    `grade_cell_timeout`, every other cell nbgrader's usual per-cell timeout. The kernel is
-    told how long its grade cells may wait (COURSE_VALIDATE_WAIT, inherited when it starts)."""
+    which takes from a few seconds to a minute and more on a busy machine; every other cell
+    keeps the course's usual per-cell limit. (`SandboxedExecute`, autograde's, keeps that
+    limit for every cell.)"""
+    from .nbgrader_course import CELL_TIMEOUT
 
-    grade_cell_timeout = Integer(900, help="seconds a grade cell may run under validate").tag(config=True)
-
-    def preprocess(self, nb, resources=None, km=None):
-        from coursekit.feedback import VALIDATE_WAIT_ENV
-
-        self.timeout_func = self._timeout_for
-        before = os.environ.get(VALIDATE_WAIT_ENV)
-        os.environ[VALIDATE_WAIT_ENV] = str(max(self.grade_cell_timeout - 30, 1))
-        try:
-            return super().preprocess(nb, resources, km)
-        finally:
-            if before is None:
-                os.environ.pop(VALIDATE_WAIT_ENV, None)
-            else:
-                os.environ[VALIDATE_WAIT_ENV] = before
-
-    def _timeout_for(self, cell):
-        return self.grade_cell_timeout if nbgrader_meta(cell).get("grade") else self.timeout
+    return GRADE_CELL_VALIDATE_SECONDS if nbgrader_meta(cell).get("grade") else CELL_TIMEOUT
 
 
 class InertOutputs(Preprocessor):

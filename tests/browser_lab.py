@@ -279,10 +279,10 @@ class NotebookPage:
         ActionChains(self.driver).key_down(Keys.CONTROL).send_keys("a").key_up(Keys.CONTROL).perform()
         ActionChains(self.driver).send_keys(line).perform()
         self.wait(lambda: normalise(cell.find_element(By.CSS_SELECTOR, ".cm-content").text) == normalise(line),
-                  f"the editor of cell {index} to hold what was typed", 10,
+                  f"the editor of cell {index} to hold what was typed", 30,
                   lambda: cell.find_element(By.CSS_SELECTOR, ".cm-content").text)
 
-    def save(self, must_contain: str, timeout: float = 20.0) -> None:
+    def save(self, must_contain: str, timeout: float = 60.0) -> None:
         """Ctrl+S, then wait until the file on disk holds `must_contain`: what is graded is the
         saved file, so it must be the one the student sees."""
         from selenium.webdriver.common.action_chains import ActionChains
@@ -290,9 +290,15 @@ class NotebookPage:
 
         ActionChains(self.driver).key_down(Keys.CONTROL).send_keys("s").key_up(Keys.CONTROL).perform()
         file = self.lab.root / self.path
-        self.wait(lambda: must_contain in "".join(
-            "".join(c["source"]) for c in json.loads(file.read_text() or "{}").get("cells", [])),
-            f"{self.path} to be saved with the new answer", timeout)
+
+        def saved() -> bool:
+            try:
+                cells = json.loads(file.read_text()).get("cells", [])
+            except ValueError:  # caught mid-write
+                return False
+            return any(must_contain in "".join(c["source"]) for c in cells)
+
+        self.wait(saved, f"{self.path} to be saved with the new answer", timeout)
 
     def run(self, index: int) -> None:
         """Shift+Enter on the cell, in command mode."""

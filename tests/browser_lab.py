@@ -29,8 +29,9 @@ CHROMIUM = shutil.which("chromium")
 CHROMEDRIVER = shutil.which("chromedriver")
 INSTALL_LINE = "apt-get install -y chromium chromium-driver"
 
-# The sandbox needs user namespaces CI's root containers refuse; the rest keep a browser on a
-# machine with no network from reaching for one (refused connections, update checks).
+# --no-sandbox: Chromium will not start as root (as CI runs) with its sandbox on. The
+# background-networking flags keep a browser on a machine with no network from reaching for one
+# (update checks, sync); their refused connections otherwise stall it.
 CHROMIUM_FLAGS = (
     "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--no-first-run",
     "--disable-background-networking", "--disable-component-update", "--disable-sync",

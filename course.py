@@ -10,6 +10,9 @@
     python3 course.py train [--minutes M] [--device D]   # train the course's GPT on the shipped corpus
     python3 course.py autograde UNIT [--workers N] [--students A,B] [--scheduler ADDRESS] [--feedback]
                                # grade every new or changed submission of a unit, N at a time
+    python3 course.py feedback-server [UNIT...] [--host H] [--port P] [--db URL] [--limit N]
+                               # the feedback service for a class; --add-students A,B makes their tokens
+    python3 course.py feedback-report UNIT [--db URL]   # the mistakes the class makes most, per part
 
 Every task first makes sure `.venv/` exists and holds what `requirements.txt` pins (it
 reinstalls only when that file changes), then runs inside it. Needs nothing but Python 3.11.
@@ -39,6 +42,8 @@ TASKS = {
     "bench": ["-m", "autograder", "bench"],
     "train": ["-m", "autograder", "train"],
     "autograde": ["-m", "autograder", "autograde"],
+    "feedback-server": ["-m", "autograder", "feedback-server"],
+    "feedback-report": ["-m", "autograder", "feedback-report"],
     "lab": ["-m", "jupyter", "lab", "--notebook-dir", str(ROOT)],
 }
 

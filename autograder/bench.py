@@ -6,6 +6,8 @@
                        `course.py autograde --workers 2`, side by side
     bench load [--units U,...]   every unit's reference graded 4 at a time beside 4 busy loops per
                        core, twice, and by `course.py autograde --workers 4`: all full marks?
+    bench feedback [--students N] [--limit L] [--workers W]   the feedback service on localhost: each
+                       student sends two checks of unit 01 at once; checks per minute, time to the first answer
 
 Figures are measured side by side in one run, on the GPU when there is one (else the CPU).
 """
@@ -323,8 +325,15 @@ def bench_load(units=None, at_once: int = 4, busy_per_core: int = 4, rounds: int
     return {"rows": rows, "full": full, "total": total}
 
 
+def bench_feedback(students: int = 25, limit: int = 10, workers: int | None = None, log=print) -> dict:
+    """The feedback service's load test (tests/test_feedback_load.py runs the same function)."""
+    from .feedback_server import load_test
+
+    return load_test(students=students, limit=limit, workers=workers, log=log)
+
+
 BENCHES = {"generation": bench_generation, "attention": bench_attention, "grading": bench_grading,
-           "load": bench_load}
+           "load": bench_load, "feedback": bench_feedback}
 
 
 def main(argv: list[str]) -> int:
@@ -354,6 +363,15 @@ def main(argv: list[str]) -> int:
         result = bench_load(args.units.split(",") if args.units else None, args.at_once, args.busy_per_core,
                             args.rounds, args.workers)
         return 0 if result["full"] == result["total"] else 1
+    if argv[0] == "feedback":
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="python3 course.py bench feedback")
+        parser.add_argument("--students", type=int, default=25)
+        parser.add_argument("--limit", type=int, default=10, help="checks per student per part (10: all graded)")
+        parser.add_argument("--workers", type=int, default=None, help="grading workers (default: the cores)")
+        args = parser.parse_args(argv[1:])
+        return 1 if bench_feedback(args.students, args.limit, args.workers)["problems"] else 0
     BENCHES[argv[0]]()
     return 0
 

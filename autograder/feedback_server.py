@@ -364,7 +364,8 @@ class CheckHandler(JSONHandler):
         if not isinstance(body, dict):
             raise Refused(400, "the request must be a JSON object: {\"unit\", \"part\", \"notebook\"}")
         unit, part = body.get("unit"), body.get("part")
-        self.unit, self.part = str(unit)[:100], str(part)[:100]  # what is recorded, whatever they are
+        # What is recorded, whatever they are.
+        self.unit, self.part = ("" if unit is None else str(unit)[:100]), ("" if part is None else str(part)[:100])
         # The unit is only ever compared with the names served, never used to find a file.
         if not isinstance(unit, str) or unit not in self.service.units:
             served = ", ".join(self.service.units)

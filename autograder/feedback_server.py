@@ -204,7 +204,8 @@ class Service:
         if wait:
             asked = "every part" if part == feedback.ALL else f"`{part}`"
             message = (f"you have used your {self.limit} check{'s' if self.limit != 1 else ''} of {asked} "
-                       f"per {in_words(self.window)}: you can check it again in {in_words(wait)}")
+                       f"per {'hour' if self.window == 3600 else in_words(self.window)}: "
+                       f"you can check it again in {in_words(wait)}")
             raise Refused(429, message, records.OVER_LIMIT, retry_after=int(wait + 0.999), sha256=sha)
         if self.in_flight >= self.queue:
             raise Refused(503, "the feedback service is busy with the whole class's checks: "

@@ -298,7 +298,8 @@ def _ask_service(url: str, token: str, unit: str, part: str, data: bytes) -> dic
 
 def _render(answer: dict, saved_at: str) -> str:
     if not answer.get("ok"):
-        return answer["error"]
+        error = str(answer["error"])
+        return error[:1].upper() + error[1:] + ("" if error.endswith(".") else ".")
     report = answer["report"]
     lines = [p["text"] for p in report["parts"]]
     if len(report["parts"]) > 1:

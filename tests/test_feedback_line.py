@@ -89,6 +89,33 @@ def test_the_check_line_in_a_kernel_names_the_mistake_of_the_saved_answer(privat
     assert report["parts"][0]["text"] in text
 
 
+def test_the_check_line_asks_a_configured_service_and_shows_its_refusal(private_cache, monkeypatch, capsys):
+    """What a student in a class sees: `connect` once, then the line grades through the service,
+    which records the check; a changed notebook over the limit gets the service's sentence."""
+    from autograder.feedback_db import GRADED as RECORDED_GRADED
+    from autograder.feedback_db import OVER_LIMIT, Database
+    from autograder.feedback_server import Grading, Service
+
+    db = Database(f"sqlite:///{private_cache / 'feedback.db'}")
+    tokens = db.add_students(["ada"])
+    service = Service(["01_attention"], db, Grading(workers=1), limit=1, log=lambda line: None)
+    try:
+        port = service.start()
+        feedback.connect(f"http://127.0.0.1:{port}", tokens["ada"])
+        path = with_answer("01_attention", "softmax", GLOBAL_MAX_SOFTMAX, private_cache)
+        monkeypatch.setenv("JPY_SESSION_NAME", str(path))
+        feedback.ask_graders("01_attention", "softmax")
+        out = capsys.readouterr().out
+        assert NAMED in out and f"feedback service (http://127.0.0.1:{port})" in out, out
+        path.write_text(path.read_text().replace("x.max()", "x.max(axis=axis, keepdims=True)"))
+        feedback.ask_graders("01_attention", "softmax")
+        out = capsys.readouterr().out
+        assert "You have used your 1 check of `softmax` per hour" in out and NAMED not in out, out
+        assert [(r["student"], r["outcome"]) for r in db.records()] == [("ada", RECORDED_GRADED), ("ada", OVER_LIMIT)]
+    finally:
+        service.stop()
+
+
 def test_the_check_line_says_when_the_saved_file_is_not_what_ran():
     saved = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(GLOBAL_MAX_SOFTMAX),
                                             nbformat.v4.new_code_cell("def other():\n    return 1\n")])
@@ -140,11 +167,25 @@ def test_validate_fails_the_untouched_release(unit, private_cache):
     assert "does not pass its visible checks" in out, out[-3000:]
 
 
+def answers(private_cache: Path) -> list[dict]:
+    """The check line's answers that a test left in its private cache."""
+    folder = private_cache / "cache" / "transformer-course" / "feedback"
+    return [json.loads(p.read_text()) for p in sorted(folder.glob("*.json"))]
+
+
 @pytest.mark.parametrize("unit", GRADED)
 def test_validate_passes_the_reference(unit, private_cache):
+    """Also every unit's reference at full marks from the hidden graders, run as their command
+    line (`python -m autograder feedback`) in a fresh process: test_graders.py checks the
+    `check --json` command on one unit only, so the references are not graded twice."""
     shutil.copy(solution_notebook(unit), private_cache)
     out = validate(private_cache)
     assert "Success! Your notebook passes all the tests." in out, out[-3000:]
+    [answer] = answers(private_cache)  # one grading served every grade cell
+    report = answer["report"]
+    assert [p["name"] for p in report["parts"]] == [p.name for p in UNITS[unit].parts]
+    assert all(p["points"] == p["max_points"] and not p["mistakes"] for p in report["parts"]), report
+    assert report["score"] == report["max_score"] == UNITS[unit].points
 
 
 def test_validate_fails_a_part_only_the_hidden_graders_catch(private_cache):
@@ -159,5 +200,5 @@ def test_validate_fails_a_part_only_the_hidden_graders_catch(private_cache):
     out = validate(private_cache)
     assert "VALIDATION FAILED ON 1 CELL(S)" in out and "`softmax`: 3 / 4 points" in out, out[-3000:]
     assert "changed its input" in out and "Success" not in out, out[-3000:]
-    cached = list((private_cache / "cache" / "transformer-course" / "feedback").glob("*.json"))
-    assert len(cached) == 1 and json.loads(cached[0].read_text())["ok"]  # graded once for all three cells
+    [answer] = answers(private_cache)  # graded once for the three grade cells
+    assert answer["ok"] and answer["report"]["score"] == 14

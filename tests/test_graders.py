@@ -57,8 +57,13 @@ def check_cli(unit: str, path: Path) -> dict:
     return json.loads(proc.stdout)
 
 
-@pytest.mark.parametrize("unit", GRADED)
-def test_reference_gets_full_marks_through_the_cli(unit):
+# One unit through `check --json`, the command's contract. Every unit's reference is graded at
+# full marks through the graders' other command line by tests/test_feedback_line.py (validate),
+# and through real nbgrader by the sample class; the untouched release likewise.
+CLI_UNIT = "01_attention"
+
+
+def test_reference_gets_full_marks_through_the_cli(unit=CLI_UNIT):
     report = check_cli(unit, solution_notebook(unit))
     assert set(report) >= {"unit", "score", "max_score", "checks"}
     assert report["unit"] == unit
@@ -68,8 +73,7 @@ def test_reference_gets_full_marks_through_the_cli(unit):
         assert check["passed"] and check["misconception"] is None
 
 
-@pytest.mark.parametrize("unit", GRADED)
-def test_untouched_release_gets_zero(unit):
+def test_untouched_release_gets_zero(unit=CLI_UNIT):
     report = check_cli(unit, release_notebook(unit))
     assert report["score"] == 0
     assert all(not c["passed"] for c in report["checks"])

@@ -38,6 +38,14 @@ def test_reference_gets_full_marks(sample_class, unit):
 def test_untouched_release_gets_zero_everywhere(sample_class, unit):
     scores = cells(sample_class, sample_class.roles["release"], unit)
     assert scores and all(s == 0 for s, _ in scores.values()), scores
+    # Every check of every grade cell failed for the reason it did: nothing is written yet.
+    graded = autograded(sample_class, sample_class.roles["release"], unit)
+    for cell in graded.cells:
+        if str(cell.metadata.get("nbgrader", {}).get("grade_id", "")).startswith("grade_"):
+            lines = [line for o in cell.outputs for line in o.get("text", "").splitlines()]
+            checks = [line for line in lines if line.lstrip().startswith(("ok", "FAIL"))]
+            assert checks and all(line.lstrip().startswith("FAIL") for line in checks), lines
+            assert all("NotImplementedError" in line or "same problem as above" in line for line in checks), lines
 
 
 @pytest.mark.parametrize("unit", GRADED)

@@ -46,18 +46,17 @@ STUDENTS = {
     "eve": "a function that loops forever",
     "fay": "a grade cell deleted",
 }
-# The same cases in four notebooks, for the test suite (whose time this class dominates): the
-# reference with its last grade cell deleted still gets full marks, and one notebook both raises
-# in its first part and loops in its last.
+# The same cases in three notebooks, for the test suite (whose time this class dominates): the
+# reference with its last grade cell deleted still gets full marks, and one notebook has the
+# typical bug in its part, a part that raises and a part that loops (each in a cell of its own).
 COMPACT_STUDENTS = {
     "ada": "the reference solution, a grade cell deleted",
     "ben": "the untouched release",
-    "cat": "a typical bug",
-    "dan": "a first part that raises, a last that loops",
+    "cat": "a typical bug, a part that raises, a part that loops",
 }
 # What each case is called, and who plays it, in each class.
 ROLES = {"reference": "ada", "release": "ben", "bug": "cat", "raises": "dan", "loops": "eve", "deleted": "fay"}
-COMPACT_ROLES = {"reference": "ada", "release": "ben", "bug": "cat", "raises": "dan", "loops": "dan",
+COMPACT_ROLES = {"reference": "ada", "release": "ben", "bug": "cat", "raises": "cat", "loops": "cat",
                  "deleted": "ada"}
 
 
@@ -109,11 +108,27 @@ class SampleMaker:
         answers[grade_id] = edit(answers[grade_id])
         return answers
 
+    def broken_parts(self, compact: bool = False) -> dict[str, str]:
+        """Which part raises and which loops: the first and the last part, or in the compact
+        class two parts whose cells are neither the typical bug's nor each other's. There the
+        loop goes in a helper the bug's part calls, if it has one (graded with the reference's
+        helper in its place), else in the last such part: a looping `generate` beside a buggy
+        `generate_cached` leaves the bug's points right but its mistake unnamed."""
+        names = [p.name for p in self.unit.parts]
+        if not compact:
+            return {"raises": names[0], "loops": names[-1]}
+        bug = self.unit.part(self.unit.sample_bug.part)
+        free = [n for n in names if self.cell_defining(n) != self.cell_defining(bug.name)]
+        loops = next((n for n in free if n in bug.uses), free[-1])
+        raises = next(n for n in free if self.cell_defining(n) != self.cell_defining(loops))
+        return {"raises": raises, "loops": loops}
+
     def students(self, compact: bool = False) -> dict[str, object]:
         """The sample students' notebooks (STUDENTS), or with `compact` the same cases in fewer
         notebooks (COMPACT_STUDENTS)."""
         unit = self.unit
-        first, last = unit.parts[0].name, unit.parts[-1].name
+        broken = self.broken_parts(compact)
+        first, last = broken["raises"], broken["loops"]
         bug = unit.sample_bug
 
         def typical_bug(source: str) -> str:
@@ -134,13 +149,13 @@ class SampleMaker:
             return "\n".join(lines)
 
         if compact:
-            raising_and_looping = {**self.with_answer(first, raises_first)}
-            raising_and_looping[self.cell_defining(last)] = loops_forever(self.answers[self.cell_defining(last)])
+            everything_at_once = self.with_answer(bug.part, typical_bug)
+            everything_at_once[self.cell_defining(first)] = raises_first(self.answers[self.cell_defining(first)])
+            everything_at_once[self.cell_defining(last)] = loops_forever(self.answers[self.cell_defining(last)])
             return {
-                "ada": self.notebook(self.answers, drop=f"grade_{last}"),
+                "ada": self.notebook(self.answers, drop=f"grade_{unit.parts[-1].name}"),
                 "ben": self.notebook(),
-                "cat": self.notebook(self.with_answer(bug.part, typical_bug)),
-                "dan": self.notebook(raising_and_looping),
+                "cat": self.notebook(everything_at_once),
             }
         return {
             "ada": self.notebook(self.answers),
@@ -169,6 +184,8 @@ class SampleClass:
     seconds: float = 0.0
     students: dict[str, str] = field(default_factory=lambda: dict(STUDENTS))  # who, and what they hand in
     roles: dict[str, str] = field(default_factory=lambda: dict(ROLES))  # case -> the student who plays it
+    # unit -> {"raises": part, "loops": part}: the parts the raising and looping cases break
+    broken: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def score(self, student: str, unit: str) -> tuple[float, float]:
         cells = self.cell_scores[(student, unit)].values()
@@ -195,6 +212,7 @@ def run_sample_class(workdir: Path, units: list[str] | None = None, log=print,
         log(f"[{unit}] generate_assignment")
         course.generate_assignment(unit)
         maker = SampleMaker(unit, course.release / unit / name)
+        result.broken[unit] = maker.broken_parts(compact)
         for student, nb in maker.students(compact).items():
             path = workdir / "samples" / student / unit / name
             path.parent.mkdir(parents=True, exist_ok=True)

@@ -113,6 +113,7 @@ def test_feedback_shows_messages_but_no_traceback_or_test_source(sample_class, u
 
 def test_the_grader_never_failed_itself(sample_class):
     assert sample_class.grader_failures == []
+    assert sample_class.failures == {}  # every submission graded, every feedback page made
 
 
 def test_grades_are_exported_for_everyone(sample_class):

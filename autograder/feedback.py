@@ -23,6 +23,7 @@ from pathlib import Path
 from .cli import GradingFailed, start_grading
 from .core import CheckResult
 from .report import fmt, summary
+from .submission import nbgrader_meta
 from .units import UNITS, get_unit
 
 ALL = "all"  # a request for every part of the unit
@@ -71,23 +72,23 @@ def part_reports(unit: str, report: dict, parts: list[str]) -> dict:
             "max_score": sum(p["max_points"] for p in out)}
 
 
+def too_large_message(size: int) -> str:
+    return (f"the notebook is {size / 1e6:.1f} MB, over the {MAX_NOTEBOOK_BYTES / 1e6:.0f} MB limit: "
+            "clear its outputs (Edit > Clear Outputs of All Cells), save, and check again")
+
+
 def notebook_problem(unit: str, data: bytes) -> str | None:
     """Why `data` is not a notebook this unit can grade, in one sentence; None when it is."""
     if len(data) > MAX_NOTEBOOK_BYTES:
-        return (f"the notebook is {len(data) / 1e6:.1f} MB, over the {MAX_NOTEBOOK_BYTES / 1e6:.0f} MB limit: "
-                "clear its outputs (Edit > Clear Outputs of All Cells), save, and check again")
+        return too_large_message(len(data))
     try:
         nb = json.loads(data)
     except (ValueError, RecursionError):
         return "that is not a notebook (not JSON): send the .ipynb file itself"
     if not isinstance(nb, dict) or nb.get("nbformat") != 4 or not isinstance(nb.get("cells"), list):
         return "that is not a Jupyter notebook (nbformat 4)"
-    ids = set()
-    for cell in nb["cells"]:
-        meta = cell.get("metadata") if isinstance(cell, dict) else None
-        grader = meta.get("nbgrader") if isinstance(meta, dict) else None
-        if isinstance(grader, dict) and isinstance(grader.get("grade_id"), str):
-            ids.add(grader["grade_id"])
+    ids = {grade_id for cell in nb["cells"] if isinstance(cell, dict)
+           if isinstance(grade_id := nbgrader_meta(cell).get("grade_id"), str)}
     ours = {f"grade_{p.name}" for p in get_unit(unit).parts}
     if ids and not ids & ours:
         for other, spec in UNITS.items():

@@ -71,11 +71,6 @@ MAX_BODY_BYTES = feedback.MAX_NOTEBOOK_BYTES + 64 * 1024
 DRAIN_BYTES = 8 * MAX_BODY_BYTES
 
 
-def too_large_message(size: int) -> str:
-    return (f"the notebook is {size / 1e6:.1f} MB, over the {feedback.MAX_NOTEBOOK_BYTES / 1e6:.0f} MB limit: "
-            "clear its outputs (Edit > Clear Outputs of All Cells), save, and check again")
-
-
 def shown(text: str) -> str:
     """A field a student sent, as it may appear in the instructor's log: escaped, short."""
     return ascii(text)[1:-1][:60] or "-"
@@ -307,7 +302,7 @@ class CheckHandler(JSONHandler):
             if length is not None and length > MAX_BODY_BYTES:
                 self.answer_refusal()
         elif length is not None and length > MAX_BODY_BYTES:
-            self.refusal = Refused(413, too_large_message(length))
+            self.refusal = Refused(413, feedback.too_large_message(length))
             if length > DRAIN_BYTES:
                 self.answer_refusal()
 
@@ -317,7 +312,7 @@ class CheckHandler(JSONHandler):
         self.size += len(chunk)
         if self.size > MAX_BODY_BYTES:  # a chunked body, which did not say its size
             self.chunks = []
-            self.refusal = Refused(413, too_large_message(self.size))
+            self.refusal = Refused(413, feedback.too_large_message(self.size))
             return
         self.chunks.append(chunk)
 
@@ -385,7 +380,7 @@ class CheckHandler(JSONHandler):
         except (ValueError, RecursionError):
             raise Refused(400, "that is not a Jupyter notebook (it cannot be read as one)") from None
         if len(data) > feedback.MAX_NOTEBOOK_BYTES:
-            raise Refused(413, too_large_message(len(data)))
+            raise Refused(413, feedback.too_large_message(len(data)))
         problem = feedback.notebook_problem(unit, data)
         if problem:
             raise Refused(400, problem)

@@ -35,3 +35,73 @@ def encode(text: str) -> torch.Tensor:
 
 def decode(ids) -> str:
     return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+
+
+# ---------------------------------------------------------------- unit 08: the standard library
+
+HELD_OUT_ONE_IN = 10  # a file is held out when crc32(its name) % 10 == 0: about a tenth of the text
+
+
+def stdlib_root():
+    import sysconfig
+    from pathlib import Path
+
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+@functools.cache
+def stdlib_files() -> tuple[tuple[str, str], ...]:
+    """((name, text), ...): every `.py` file of this Python's standard library (its tests too, not
+    site-packages), plus the help pages as `pydoc_data/topics`, sorted by name. About 32 MB on
+    CPython 3.11. The few files that are not valid UTF-8 (some tests keep them on purpose) are
+    left out, so every text round-trips through `str.encode`."""
+    from pydoc_data.topics import topics
+
+    root = stdlib_root()
+    files = [("pydoc_data/topics", "\n\n".join(topics[key] for key in sorted(topics)))]
+    for path in sorted(root.rglob("*.py")):
+        name = path.relative_to(root).as_posix()
+        if name.startswith(("site-packages/", "dist-packages/")):
+            continue
+        try:
+            files.append((name, path.read_bytes().decode("utf-8")))
+        except (OSError, UnicodeDecodeError):
+            continue
+    return tuple(sorted(files))
+
+
+def is_held_out(name: str) -> bool:
+    """Decided by the file's name alone, so the split never cuts a file and never changes with
+    the order files are found in."""
+    import zlib
+
+    return zlib.crc32(name.encode("utf-8")) % HELD_OUT_ONE_IN == 0
+
+
+def stdlib_split(max_chars: int | None = None) -> tuple[str, str]:
+    """(training text, held-out text): whole files, joined with a blank line, split by
+    `is_held_out`. `max_chars` keeps each side's first files up to about that many characters
+    (whole files only), for runs that need less text."""
+    sides: dict[bool, list[str]] = {False: [], True: []}
+    sizes = {False: 0, True: 0}
+    for name, text in stdlib_files():
+        side = is_held_out(name)
+        if max_chars is not None and sizes[side] >= max_chars:
+            continue
+        sides[side].append(text)
+        sizes[side] += len(text) + 2
+    return "\n\n".join(sides[False]), "\n\n".join(sides[True])
+
+
+@functools.cache
+def bigram_nats_per_byte() -> float:
+    """The held-out loss, in nats per byte, of predicting each byte from the one before with
+    counts from the training files (add-one smoothing): the bar any model of this corpus must
+    clear, whatever its tokenizer."""
+    import numpy as np
+
+    train, held = (np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64) for text in stdlib_split())
+    counts = np.ones((256, 256))
+    np.add.at(counts, (train[:-1], train[1:]), 1)
+    log_probs = np.log(counts / counts.sum(axis=1, keepdims=True))
+    return float(-log_probs[held[:-1], held[1:]].mean())

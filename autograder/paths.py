@@ -20,6 +20,7 @@ COURSE_UNITS = (
     "05_model",
     "06_generation",
     "07_flash_training",
+    "08_training",
 )
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,24 +1,27 @@
 """Unit 08, tokens and the training recipe (PyTorch): the hidden checks and the misconception catalogue.
 
-The reference is the solution notebook (`solutions/08_training/training.ipynb`). The unit has two
-halves, each in a module of its own: the byte-level BPE tokenizer (`training_tokenizer.py`:
-`pretokenize`, `train_bpe`, `encode`, `decode`) and the recipe that trains a model well
-(`training_recipe.py`: `cross_entropy`, `lr_at`, `clip_grad_norm`, `evaluate`,
-`save_checkpoint`, `load_checkpoint`, `train_loop`). This module puts them together.
+The reference is the solution notebook (`solutions/08_training/training.ipynb`). The unit has three
+pieces, each in a module of its own: the byte-level BPE tokenizer (`training_tokenizer.py`:
+`pretokenize`, `train_bpe`, `encode`, `decode`), the recipe's functions (`training_recipe.py`:
+`cross_entropy`, `lr_at`, `clip_grad_norm`, `evaluate`) and the runs they make
+(`training_runs.py`: `save_checkpoint`, `load_checkpoint`, `train_loop`). This module puts
+them together.
 """
 
 from __future__ import annotations
 
 from ..core import Unit
-from . import training_recipe, training_tokenizer
+from . import training_recipe, training_runs, training_tokenizer
 
 UNIT_NAME = "08_training"
 
 UNIT = Unit(
     UNIT_NAME,
-    parts=training_tokenizer.PARTS + training_recipe.PARTS,
-    misconceptions=training_tokenizer.MISCONCEPTIONS + training_recipe.MISCONCEPTIONS,
+    # The slowest cell of the solution notebook (train_loop's visible checks) takes a few seconds
+    # on a laptop CPU; the demo is skipped while grading.
+    cell_seconds=30,
+    parts=training_tokenizer.PARTS + training_recipe.PARTS + training_runs.PARTS,
+    misconceptions=training_tokenizer.MISCONCEPTIONS + training_recipe.MISCONCEPTIONS + training_runs.MISCONCEPTIONS,
     sample_bug=training_tokenizer.SAMPLE_BUG,
-    cell_seconds=training_recipe.CELL_SECONDS,
-    worker_imports=training_recipe.WORKER_IMPORTS,
+    worker_imports=training_runs.WORKER_IMPORTS,
 )

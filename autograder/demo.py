@@ -48,11 +48,13 @@ STUDENTS = {
 }
 # The same cases in three notebooks, for the test suite (whose time this class dominates): the
 # reference with its last grade cell deleted still gets full marks, and one notebook has the
-# typical bug in its part, a part that raises and a part that loops (each in a cell of its own).
+# typical bug in its part and a part that raises (each in a cell of its own), and in the class's
+# first unit only, a part that loops too: a loop waits out a cell's time limit and a call's
+# (about 25 s of the unit's 32), and one unit shows what any other would.
 COMPACT_STUDENTS = {
     "ada": "the reference solution, a grade cell deleted",
     "ben": "the untouched release",
-    "cat": "a typical bug, a part that raises, a part that loops",
+    "cat": "a typical bug, a part that raises (in the first unit, a part that loops too)",
 }
 # What each case is called, and who plays it, in each class.
 ROLES = {"reference": "ada", "release": "ben", "bug": "cat", "raises": "dan", "loops": "eve", "deleted": "fay"}
@@ -108,27 +110,28 @@ class SampleMaker:
         answers[grade_id] = edit(answers[grade_id])
         return answers
 
-    def broken_parts(self, compact: bool = False) -> dict[str, str]:
+    def broken_parts(self, compact: bool = False, loops: bool = True) -> dict[str, str]:
         """Which part raises and which loops: the first and the last part, or in the compact
         class two parts whose cells are neither the typical bug's nor each other's. There the
         loop goes in a helper the bug's part calls, if it has one (graded with the reference's
         helper in its place), else in the last such part: a looping `generate` beside a buggy
-        `generate_cached` leaves the bug's points right but its mistake unnamed."""
+        `generate_cached` leaves the bug's points right but its mistake unnamed. Without
+        `loops` (the compact class past its first unit), no part loops."""
         names = [p.name for p in self.unit.parts]
         if not compact:
             return {"raises": names[0], "loops": names[-1]}
         bug = self.unit.part(self.unit.sample_bug.part)
         free = [n for n in names if self.cell_defining(n) != self.cell_defining(bug.name)]
-        loops = next((n for n in free if n in bug.uses), free[-1])
-        raises = next(n for n in free if self.cell_defining(n) != self.cell_defining(loops))
-        return {"raises": raises, "loops": loops}
+        looping = next((n for n in free if n in bug.uses), free[-1])
+        raises = next(n for n in free if self.cell_defining(n) != self.cell_defining(looping))
+        return {"raises": raises, "loops": looping} if loops else {"raises": raises}
 
-    def students(self, compact: bool = False) -> dict[str, object]:
+    def students(self, compact: bool = False, loops: bool = True) -> dict[str, object]:
         """The sample students' notebooks (STUDENTS), or with `compact` the same cases in fewer
-        notebooks (COMPACT_STUDENTS)."""
+        notebooks (COMPACT_STUDENTS; `loops` says whether a part loops there)."""
         unit = self.unit
-        broken = self.broken_parts(compact)
-        first, last = broken["raises"], broken["loops"]
+        broken = self.broken_parts(compact, loops)
+        first, last = broken["raises"], broken.get("loops")
         bug = unit.sample_bug
 
         def typical_bug(source: str) -> str:
@@ -151,7 +154,8 @@ class SampleMaker:
         if compact:
             everything_at_once = self.with_answer(bug.part, typical_bug)
             everything_at_once[self.cell_defining(first)] = raises_first(self.answers[self.cell_defining(first)])
-            everything_at_once[self.cell_defining(last)] = loops_forever(self.answers[self.cell_defining(last)])
+            if last is not None:
+                everything_at_once[self.cell_defining(last)] = loops_forever(self.answers[self.cell_defining(last)])
             return {
                 "ada": self.notebook(self.answers, drop=f"grade_{unit.parts[-1].name}"),
                 "ben": self.notebook(),
@@ -212,8 +216,9 @@ def run_sample_class(workdir: Path, units: list[str] | None = None, log=print,
         log(f"[{unit}] generate_assignment")
         course.generate_assignment(unit)
         maker = SampleMaker(unit, course.release / unit / name)
-        result.broken[unit] = maker.broken_parts(compact)
-        for student, nb in maker.students(compact).items():
+        loops = not compact or unit == units[0]
+        result.broken[unit] = maker.broken_parts(compact, loops)
+        for student, nb in maker.students(compact, loops).items():
             path = workdir / "samples" / student / unit / name
             path.parent.mkdir(parents=True, exist_ok=True)
             nbformat.write(nb, path)

@@ -10,7 +10,8 @@ from autograder.demo import run_sample_class
 
 @pytest.fixture(scope="session")
 def sample_class(tmp_path_factory):
-    # The compact class: every case of `course.py demo`'s six students, in three notebooks a unit.
+    # The compact class: every case of `course.py demo`'s six students, in three notebooks a unit
+    # (the looping part in the first unit only).
     return run_sample_class(tmp_path_factory.mktemp("sample_class"), log=lambda *a: None, compact=True)
 
 

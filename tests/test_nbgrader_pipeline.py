@@ -1,6 +1,7 @@
 """The instructor's loop through real nbgrader commands, on the sample class (see
 autograder/demo.py for who the students are; the suite grades its compact form, the same cases
-in three notebooks, so each test asks which student plays the case it checks)."""
+in three notebooks a unit, with the looping part in the first unit only, so each test asks
+which student plays the case it checks and which parts each unit's cases broke)."""
 
 from __future__ import annotations
 
@@ -73,6 +74,12 @@ def test_raising_or_looping_cell_costs_only_its_part(sample_class, unit):
                 assert score == 0, (student, cell)
             elif (student, cell) != bug:
                 assert score == max_score, (student, cell, score)
+
+
+def test_the_class_has_a_part_that_loops_and_one_that_raises(sample_class):
+    """The compact class loops in one unit only: that one must still be there."""
+    assert any("loops" in broken for broken in sample_class.broken.values()), sample_class.broken
+    assert all("raises" in broken for broken in sample_class.broken.values()), sample_class.broken
 
 
 @pytest.mark.parametrize("unit", GRADED)

@@ -1,9 +1,830 @@
-"""Unit 08, the recipe's functions: hidden checks and misconceptions.
+"""Unit 08, the recipe's functions (`cross_entropy`, `lr_at`, `clip_grad_norm`, `evaluate`): hidden
+checks and misconceptions.
 
-(Being written: `PARTS` for cross_entropy, lr_at, clip_grad_norm, evaluate; `MISCONCEPTIONS`.)
+- `cross_entropy` is compared with an oracle written here in float64 (log-sum-exp over every
+  row), on 2-D, 3-D and single-position logits, on logits of +-1e4 (finite, and right), and
+  through `backward()`: the gradient it leaves on the logits is (softmax - one-hot) / N.
+- `lr_at` is called step by step over schedules whose corners matter (no warm-up, a run a few
+  steps long, a warm-up that ends at the last step, the steps around `warmup_steps` and
+  `total_steps - 1`, and after the run) and compared with the reference.
+- `clip_grad_norm` is handed `model.parameters()` (a generator) of the course's GPT, built in
+  the worker, whose gradients a backward pass there made. The grader reads those gradients
+  before and after the call, as data, and judges the call against its own float64 arithmetic
+  on them: one factor for every tensor, `min(1, max_norm / (total_norm + 1e-6))`, the norm
+  returned as it was before, parameters without a gradient left without one, weights untouched.
+- `evaluate` is handed the course's GPT whose layers run in the grader (`api.remote_model`), so
+  the value it returns is compared with the grader's own float64 measurement of the same
+  weights on the same windows, and the grader sees each layer's mode (training or eval) on
+  every call, during the evaluation and on a forward pass after it. Whether gradients were
+  kept is seen from outside the student's process: the worker's peak memory during an
+  evaluation of a deep, wide model (`memory_call`) is a fraction of what an autograd graph of
+  that forward pass holds. Trusted code (the reference, a catalogued variant) shows it from
+  inside, by the grad mode its model's forward pass ran in.
 """
 
 from __future__ import annotations
 
-PARTS: tuple = ()
-MISCONCEPTIONS: tuple = ()
+import math
+import types
+
+import numpy as np
+import torch
+
+from ..compare import Tolerance, compare_arrays, describe
+from ..core import Check, Inputs, Misconception, Part, diagnose_facet, facet, facet_oracle
+
+MODEL = "coursekit.gpt.GPT"
+F32 = Tolerance(rtol=1e-5, atol=1e-5)  # a mean of float32 losses of a few nats
+LR = Tolerance(rtol=1e-9, atol=1e-15)  # float arithmetic of the same formula, done in another order at most
+LOSS = Tolerance(rtol=1e-4, atol=1e-5)  # float32 layers against the grader's float64 measurement
+
+# While cross_entropy is graded: the library's losses and every log_softmax raise (the contract);
+# nll_loss stays, since with a log-softmax of one's own it is only a gather and a mean.
+CE_FORBID = (
+    "torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss",
+    "torch.nn.functional.log_softmax", "torch.log_softmax", "torch.Tensor.log_softmax",
+    "torch.special.log_softmax", "torch.nn.LogSoftmax",
+)
+# clip_grad_norm_ and its deprecated alias, under both of their modules, and the two halves
+# torch 2.6+ split it into.
+CLIP_FORBID = tuple(
+    f"{module}.{name}"
+    for module in ("torch.nn.utils", "torch.nn.utils.clip_grad")
+    for name in ("clip_grad_norm_", "clip_grad_norm", "get_total_norm", "clip_grads_with_norm_")
+)
+
+
+def number(value) -> float | None:
+    """A returned scalar (int, float, a one-element tensor or array) as a float; None otherwise."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    if isinstance(value, torch.Tensor | np.ndarray | np.generic) and np.asarray(value).size == 1:
+        try:
+            return float(np.asarray(value.detach() if isinstance(value, torch.Tensor) else value).reshape(()))
+        except (TypeError, ValueError):
+            return None
+    return None
+
+
+# ---------------------------------------------------------------- cross_entropy
+
+
+def logits_inputs(shape, scale=3.0, huge=False):
+    """Logits (..., V) drawn from the check's seed, and targets (...) in range(V)."""
+
+    def make(rng):
+        logits = torch.from_numpy(rng.normal(size=shape) * scale).float()
+        targets = torch.from_numpy(rng.integers(0, shape[-1], shape[:-1])).long()
+        if huge:
+            rows = logits.view(-1, shape[-1])
+            flat = targets.view(-1)
+            rows[0, flat[0]] = 1e4  # the right token far ahead: a loss of about 0
+            rows[1, (flat[1] + 1) % shape[-1]] = 1e4  # a wrong token far ahead: a loss of about 1e4
+            rows[2] = -1e4  # every logit hugely negative: exp underflows to 0 without the shift
+            rows[2, flat[2]] = -1e4 + 2.0
+            rows[3, flat[3]] = -1e4  # the right token far behind
+        return Inputs((logits, targets))
+
+    return make
+
+
+def ce_oracle(inputs: Inputs):
+    """The mean of logsumexp(z) - z_t over every position, in float64."""
+    logits, targets = inputs.args
+    z = logits.double().reshape(-1, logits.shape[-1])
+    m = z.max(dim=1, keepdim=True).values
+    lse = m.squeeze(1) + torch.log(torch.exp(z - m).sum(dim=1))
+    return (lse - z.gather(1, targets.reshape(-1, 1)).squeeze(1)).mean()
+
+
+def ce_grad_probe(api, inputs: Inputs):
+    """(the loss, the gradient backward() leaves on the logits)."""
+    logits, targets = inputs.args
+    logits = logits.detach().clone().requires_grad_(True)
+    loss, grads = api.call("cross_entropy", logits, targets, backward=torch.tensor(1.0))
+    return {"loss": loss.detach() if isinstance(loss, torch.Tensor) else loss, "grad": grads[0]}
+
+
+def ce_grad_oracle(inputs: Inputs):
+    """d mean(loss) / d logits = (softmax(z) - one_hot(t)) / N, in float64."""
+    logits, targets = inputs.args
+    z = logits.double().reshape(-1, logits.shape[-1])
+    grad = torch.softmax(z, dim=1)
+    grad[torch.arange(z.shape[0]), targets.reshape(-1)] -= 1.0
+    return {"loss": ce_oracle(inputs), "grad": (grad / z.shape[0]).reshape(logits.shape).float()}
+
+
+def diagnose_ce(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    if isinstance(expected, dict):  # the gradient check: (loss, gradient)
+        if not isinstance(result, dict):
+            return f"could not follow the call ({describe(result)})"
+        problem = diagnose_ce(result.get("loss"), expected["loss"], inputs, tol)
+        if problem is not None:
+            return problem
+        grad = result.get("grad")
+        if not isinstance(grad, torch.Tensor):
+            return ("backward() through the loss left no gradient on the logits: the loss must be computed from "
+                    "the logits with torch operations (no .item(), no NumPy, no detach) so autograd can follow it")
+        problem = compare_arrays(grad, expected["grad"], Tolerance(rtol=1e-4, atol=1e-7), "the gradient on the logits")
+        return None if problem is None else (f"{problem}. The gradient of the mean loss is (softmax(z) - one_hot(t)) "
+                                             "/ N, N the number of positions")
+    if not isinstance(result, torch.Tensor):
+        return (f"returned {describe(result)}, expected a 0-dimensional tensor (return the torch mean itself, not "
+                ".item(), so that backward() works)")
+    if result.numel() != 1 or result.dim() != 0:
+        return (f"returned a tensor of shape {tuple(result.shape)}, expected one number, a 0-dimensional tensor: "
+                "the mean over every position")
+    if not result.is_floating_point():
+        return f"returned a tensor of dtype {result.dtype}, expected a floating-point loss"
+    got, want = float(result), float(expected)
+    if not math.isfinite(got):
+        if not math.isfinite(want):  # a catalogued mistake's own overflow: the same answer
+            return None
+        return (f"the loss is {got} where {want:.6g} was expected: exp of a large logit overflows (or all of a "
+                "row's exps underflow to 0). Subtract the row's maximum before exp, and add it back after the log")
+    if math.isclose(got, -want, rel_tol=1e-4, abs_tol=1e-5) and abs(want) > 1e-3:
+        return (f"returned {got:.6g}, expected {want:.6g}: the negative log-likelihood is logsumexp(z) - z_t, "
+                "not z_t - logsumexp(z)")
+    return compare_arrays(result, expected, tol, "the loss")
+
+
+def ce_with(shift=True, add_back=True, reduce="mean", sign=1.0, every_row=False):
+    """reduce: "mean" (right), "sum", or "first" (a sum divided by the logits' first dimension)."""
+
+    def variant(reference, logits, targets):
+        z = logits.reshape(-1, logits.shape[-1]).float()
+        t = targets.reshape(-1)
+        m = z.max(dim=1, keepdim=True).values if shift else torch.zeros_like(z[:, :1])
+        lse = torch.log(torch.exp(z - m).sum(dim=1)) + (m.squeeze(1) if add_back else 0.0)
+        logprobs = z - lse.unsqueeze(1)
+        picked = logprobs[:, t] if every_row else logprobs.gather(1, t.unsqueeze(1)).squeeze(1)
+        losses = -sign * picked
+        if reduce == "sum":
+            return losses.sum()
+        if reduce == "first":
+            return losses.sum() / logits.shape[0]
+        return losses.mean()
+
+    return variant
+
+
+# ---------------------------------------------------------------- lr_at
+
+
+def schedule_inputs(max_lr, warmup_steps, total_steps, min_lr, steps):
+    def make(rng):
+        return Inputs((), {"schedule": (max_lr, warmup_steps, total_steps, min_lr), "steps": list(steps)})
+
+    return make
+
+
+def schedule_probe(api, inputs: Inputs):
+    """lr_at at each of the check's steps."""
+    max_lr, warmup_steps, total_steps, min_lr = inputs.kwargs["schedule"]
+    return {"steps": inputs.kwargs["steps"], "schedule": list(inputs.kwargs["schedule"]),
+            "rates": [api.call("lr_at", step, max_lr, warmup_steps, total_steps, min_lr)
+                      for step in inputs.kwargs["steps"]]}
+
+
+def diagnose_lr(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    if not isinstance(result, dict) or "rates" not in result:
+        return f"could not follow the calls ({describe(result)})"
+    max_lr, warmup, total, min_lr = expected["schedule"]
+    for step, got, want in zip(expected["steps"], result["rates"], expected["rates"], strict=True):
+        value = number(got)
+        if value is None:
+            return f"lr_at({step}, ...) returned {describe(got)}, expected a float"
+        want = float(want)
+        if math.isclose(value, want, rel_tol=tol.rtol, abs_tol=tol.atol):
+            continue
+        if step < warmup:
+            phase = f"in the warm-up (max_lr * (step + 1) / warmup_steps = {want:.6g})"
+        elif step < total - 1:
+            phase = (f"in the cosine decay (p = (step - warmup_steps) / max(1, total_steps - 1 - warmup_steps); "
+                     f"expected {want:.6g})")
+        else:
+            phase = f"at total_steps - 1 = {total - 1} or after, where the rate is min_lr = {min_lr:g}"
+        return (f"with max_lr={max_lr:g}, warmup_steps={warmup}, total_steps={total}, min_lr={min_lr:g}: "
+                f"lr_at({step}) returned {value:.6g}, {phase}")
+    return None
+
+
+def lr_with(warmup="right", denominator="right", floor=True, after="min"):
+    """warmup: "right", "from_zero" (step / warmup_steps) or "plus_one" ((step + 1) / (warmup_steps + 1));
+    denominator: "right" or "total" (total_steps - warmup_steps); floor: False decays to 0;
+    after: "min" (right) or "cosine" (the cosine goes on past total_steps - 1)."""
+
+    def variant(reference, step, max_lr, warmup_steps, total_steps, min_lr):
+        if step < warmup_steps:
+            return {"right": max_lr * (step + 1) / warmup_steps, "from_zero": max_lr * step / warmup_steps,
+                    "plus_one": max_lr * (step + 1) / (warmup_steps + 1)}[warmup]
+        if step >= total_steps - 1 and after == "min" and denominator == "right":
+            return min_lr
+        if step > total_steps - 1 and after == "min":
+            return min_lr
+        span = total_steps - 1 - warmup_steps if denominator == "right" else total_steps - warmup_steps
+        progress = (step - warmup_steps) / max(1, span)
+        low = min_lr if floor else 0.0
+        return low + (max_lr - low) * (1 + math.cos(math.pi * progress)) / 2
+
+    return variant
+
+
+# ---------------------------------------------------------------- clip_grad_norm
+
+CLIP_FIELDS = dict(vocab_size=13, context_length=6, d_model=8, n_layers=1, n_heads=2, d_ff=12, tie_weights=False)
+
+
+def clip_inputs(ratio, frozen=None, dtype="float32", facet_name="grads"):
+    """The course's GPT with weights, ids and an upstream gradient drawn from the check's seed;
+    max_norm is `ratio` times the gradients' global norm (below 1: they must shrink)."""
+
+    def make(rng):
+        from coursekit.gpt import GPT
+
+        from ..weights import random_state
+
+        fields = CLIP_FIELDS
+        state = random_state(GPT(types.SimpleNamespace(**fields)), int(rng.integers(0, 2**31)))
+        ids = torch.from_numpy(rng.integers(0, fields["vocab_size"], (2, fields["context_length"]))).long()
+        upstream = torch.from_numpy(rng.normal(size=(2, fields["context_length"], fields["vocab_size"]))).float()
+        return Inputs((), {"state": state, "ids": ids, "upstream": upstream, "ratio": ratio, "frozen": frozen,
+                           "dtype": dtype, "facet": facet_name})
+
+    return make
+
+
+def clip_probe(api, inputs: Inputs):
+    """Gradients from a backward pass in the worker; clip_grad_norm(model.parameters(), max_norm); the
+    grader reads the gradients before and after and judges them (see `clip_facet`)."""
+    kw = inputs.kwargs
+    model = api.given(MODEL, api.record(**CLIP_FIELDS))
+    api.method(model, "load_state_dict", kw["state"])
+    if kw["dtype"] == "float64":
+        api.method(model, "double", keep=True)
+    if kw["frozen"]:  # these parameters get no gradient: .grad stays None
+        api.method(api.method(model, "get_submodule", kw["frozen"], keep=True), "requires_grad_", False, keep=True)
+    upstream = kw["upstream"].double() if kw["dtype"] == "float64" else kw["upstream"]
+    api.forward(model, kw["ids"], backward=upstream)
+    # copies: trusted code hands back the .grad tensors themselves, which the call then scales
+    before = {name: g.detach().clone() if isinstance(g, torch.Tensor) else g
+              for name, g in (api.grads(model) or {}).items()}
+    total = global_norm(before)
+    max_norm = kw["ratio"] * total
+    returned = api.call("clip_grad_norm", api.method(model, "parameters", keep=True), max_norm)
+    after = api.grads(model)
+    weights = api.method(model, "state_dict")
+    return clip_facet(kw["facet"], before, after, returned, max_norm, kw["state"], weights)
+
+
+def global_norm(grads: dict) -> float:
+    return math.sqrt(sum(float((g.double() ** 2).sum()) for g in grads.values() if isinstance(g, torch.Tensor)))
+
+
+def _scaled_like(before: dict, after: dict, factors: dict) -> bool:
+    """Every gradient after == before times its factor (float32 round-off allowed); None stays None."""
+    for name, g in before.items():
+        a = after.get(name) if isinstance(after, dict) else None
+        if g is None:
+            if a is not None:
+                return False
+            continue
+        if not isinstance(a, torch.Tensor) or a.shape != g.shape:
+            return False
+        want = g.double() * factors[name]
+        if not torch.allclose(a.double(), want, rtol=1e-4, atol=1e-7 * max(1.0, float(want.abs().max()))):
+            return False
+    return True
+
+
+def clip_facet(which, before, after, returned, max_norm, state, weights) -> dict:
+    """One facet of a clip_grad_norm call: "grads" (how the gradients changed), "norm" (what it
+    returned) or "weights" (the parameters themselves left alone)."""
+    if not isinstance(before, dict) or not isinstance(after, dict):
+        return facet(False, "unreadable", "the grader could not read the model's gradients")
+    total = global_norm(before)
+    scale = min(1.0, max_norm / (total + 1e-6))
+    if which == "weights":
+        same = isinstance(weights, dict) and set(weights) == set(state) and all(
+            isinstance(weights[k], torch.Tensor) and torch.equal(weights[k].double(), state[k].double()) for k in state)
+        return facet(same, "weights", "the model's weights changed: clipping scales the gradients (p.grad), never the "
+                     "parameters themselves (p or p.data)")
+    if which == "norm":
+        value = number(returned)
+        if value is None:
+            return facet(False, "format", f"returned {describe(returned)}, expected the total norm (a float or a "
+                         "0-d tensor)")
+        if math.isclose(value, total, rel_tol=1e-4):
+            return facet(True, None)
+        after_norm = global_norm(after)
+        per_tensor = sum(math.sqrt(float((g.double() ** 2).sum())) for g in before.values() if g is not None)
+        for detail, candidate, why in (
+                ("after", after_norm, "the norm after clipping: compute and keep total_norm before scaling"),
+                ("squared", total ** 2, "the sum of squares: take its square root"),
+                ("summed", per_tensor, "the sum of each tensor's norm: the global norm is the square root of the sum "
+                 "of every gradient's squares")):
+            if math.isclose(value, candidate, rel_tol=1e-4):
+                return facet(False, detail, f"returned {value:.6g}, the total norm before clipping is {total:.6g}; "
+                             f"yours looks like {why}")
+        return facet(False, "wrong", f"returned {value:.6g}, the total norm before clipping is {total:.6g} (the L2 "
+                     "norm of all the gradients together)")
+    # which == "grads"
+    if any(before[name] is None and after.get(name) is not None for name in before):
+        return facet(False, "filled", "a parameter that had no gradient (.grad None) has one after the call: skip "
+                     "parameters whose .grad is None")
+    if _scaled_like(before, after, {name: scale for name in before}):
+        return facet(True, None)
+    per = {name: min(1.0, max_norm / (float(g.double().norm()) + 1e-6)) if g is not None else 1.0
+           for name, g in before.items()}
+    if scale < 1.0 and _scaled_like(before, after, {name: 1.0 for name in before}):
+        return facet(False, "unchanged", f"the gradients' global norm is {total:.4g}, above max_norm = "
+                     f"{max_norm:.4g}, but the gradients did not change: scale each p.grad in place "
+                     "(p.grad.mul_(scale)); a copy (g = g * scale) leaves .grad as it was, and a generator of "
+                     "parameters is empty the second time it is looped over (make a list first)" + (
+                         ". (Or each gradient was clipped by its own norm, none of which is above max_norm here: "
+                         "clipping uses the norm of all of them together)" if all(f == 1.0 for f in per.values())
+                         else ""))
+    if _scaled_like(before, after, per):
+        return facet(False, "per_tensor", "each gradient was clipped by its own norm: clipping by the global norm "
+                     "scales every gradient by the same factor, min(1, max_norm / (total_norm + 1e-6)), with "
+                     "total_norm the L2 norm of all of them together")
+    if scale == 1.0:
+        return facet(False, "below", f"the gradients' global norm is {total:.4g}, below max_norm = {max_norm:.4g}, "
+                     "so nothing should change, but they did: the factor is min(1, max_norm / (total_norm + 1e-6)), "
+                     "never above 1")
+    return facet(False, "scale", f"the gradients were not scaled by min(1, max_norm / (total_norm + 1e-6)) = "
+                 f"{scale:.4g} (global norm {total:.4g}, max_norm {max_norm:.4g}), the same factor for every one")
+
+
+def clip_with(per_tensor=False, norm_after=False, copy=False, no_min=False, squared=False, summed=False,
+              weights=False):
+    def variant(reference, parameters, max_norm):
+        params = [p for p in parameters if p.grad is not None]
+        norms = [g.detach().double().norm() for g in (p.grad for p in params)]
+        if summed:
+            total = sum(norms)
+        else:
+            total = torch.sqrt(sum(n ** 2 for n in norms))
+        if squared:
+            total = total ** 2
+        factor = max_norm / (float(total) + 1e-6)
+        scale = factor if no_min else min(1.0, factor)
+        with torch.no_grad():
+            for p, n in zip(params, norms, strict=True):
+                own = min(1.0, max_norm / (float(n) + 1e-6)) if per_tensor else scale
+                if copy:
+                    g = p.grad * own  # noqa: F841 - the mistake: a copy, .grad unchanged
+                elif weights:
+                    p.mul_(own)
+                else:
+                    p.grad.mul_(own)
+        if norm_after:
+            return torch.sqrt(sum((p.grad.double() ** 2).sum() for p in params))
+        return total
+
+    return variant
+
+
+# ---------------------------------------------------------------- evaluate
+
+EVAL_FIELDS = dict(vocab_size=32, context_length=8, d_model=16, n_layers=1, n_heads=2, d_ff=None, tie_weights=False)
+# Deep and wide, on 256 short windows in one batch: an autograd graph of that forward pass keeps
+# 2 x n_layers tensors of (256, 8, d_ff) for the backward pass (134 MB in float32); without
+# gradients the pass holds a few of them at a time (about 20 MB measured). Short windows keep an
+# evaluation over overlapping windows (stride 1) to 8 times the work, not 128 times.
+GRAD_FIELDS = dict(vocab_size=64, context_length=8, d_model=32, n_layers=8, n_heads=2, d_ff=1024, tie_weights=True)
+GRAD_WINDOWS = 256
+# The course GPT's own initialisation gives near-uniform predictions: its loss is about log(vocab_size)
+# (4.16 nats here; within a few hundredths), whatever windows are measured. A returned loss this close
+# shows the model was run, without judging the value again (the value checks do).
+UNTRAINED_SPREAD = 0.5
+
+
+def eval_inputs(length, batch_size, mode="train", facet_name=None):
+    def make(rng):
+        from coursekit.gpt import GPT
+
+        from ..weights import random_state
+
+        fields = EVAL_FIELDS
+        state = random_state(GPT(types.SimpleNamespace(**fields)), int(rng.integers(0, 2**31)))
+        data = torch.from_numpy(rng.integers(0, fields["vocab_size"], length)).long()
+        return Inputs((), {"fields": fields, "state": state, "data": data, "batch_size": batch_size,
+                           "mode": mode, "facet": facet_name})
+
+    return make
+
+
+def remote(api, inputs: Inputs, mode: str):
+    """The course's GPT with the check's weights, its layers computed by the grader, in `mode`."""
+    model = api.remote_model(inputs.kwargs["fields"], inputs.kwargs["state"], {})
+    api.method(model, mode, keep=True)
+    return model
+
+
+def grader_side(api, handle):
+    """The real GPT behind a model handed to the part: for a remote model, the grader's half, which
+    computes every layer the student's code calls; for trusted code, the model itself."""
+    if api.trusted:
+        return handle
+    obj = getattr(handle, "obj", None)  # trusted code under the student's interface (the course's tests)
+    if obj is not None:
+        return obj
+    return api.student.remote[handle.id].model
+
+
+def in_process(api, handle):
+    """The model itself when the code that drives it is trusted (and runs here); None for a worker."""
+    return handle if api.trusted else getattr(handle, "obj", None)
+
+
+def watch_layers(model) -> tuple[list, list]:
+    """(the mode of every layer call, the hooks): each Linear, Embedding and LayerNorm call appends
+    its module's `training` flag."""
+    seen: list[bool] = []
+    hooks = [m.register_forward_hook(lambda mod, args, out: seen.append(bool(mod.training)))
+             for m in model.modules() if isinstance(m, torch.nn.Linear | torch.nn.Embedding | torch.nn.LayerNorm)]
+    return seen, hooks
+
+
+def eval_value_probe(api, inputs: Inputs):
+    model = remote(api, inputs, inputs.kwargs["mode"])
+    kw = inputs.kwargs
+    return {"loss": api.call("evaluate", model, kw["data"], kw["batch_size"], kw["fields"]["context_length"])}
+
+
+def eval_oracle(inputs: Inputs):
+    """The grader's own measurement: the same weights in float64, every whole window at once."""
+    from ..core import trusted_gpt
+
+    kw = inputs.kwargs
+    C, data = kw["fields"]["context_length"], kw["data"]
+    model = trusted_gpt(kw["fields"], kw["state"]).double().eval()
+    starts = range(0, len(data) - C, C)
+    x = torch.stack([data[i:i + C] for i in starts])
+    y = torch.stack([data[i + 1:i + C + 1] for i in starts])
+    with torch.no_grad():
+        logits = model(x)
+    loss = torch.logsumexp(logits, dim=-1) - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)
+    return {"loss": float(loss.mean())}
+
+
+def eval_mode_probe(api, inputs: Inputs):
+    """The mode of every layer call during evaluate (model handed in training mode), and then, on
+    a forward pass the grader makes after it, whether the model is back in the mode it was in."""
+    kw = inputs.kwargs
+    which = kw["facet"]
+    C = kw["fields"]["context_length"]
+    if which == "during":
+        model = remote(api, inputs, "train")
+        seen, hooks = watch_layers(grader_side(api, model))
+        try:
+            api.call("evaluate", model, kw["data"], kw["batch_size"], C)
+        finally:
+            for hook in hooks:
+                hook.remove()
+        if not seen:
+            return facet(False, "no_calls", "the grader saw no call of the model's layers: run the model on the "
+                         "windows, model(x)")
+        return facet(not any(seen), "train", f"{sum(seen)} of the {len(seen)} layer calls during evaluate ran in "
+                     "training mode: call model.eval() before the forward passes (and put the mode back after)")
+    results = {}
+    for mode in ("train", "eval"):  # which == "restores"
+        model = remote(api, inputs, mode)
+        real = grader_side(api, model)
+        seen, hooks = watch_layers(real)
+        try:
+            api.call("evaluate", model, kw["data"], kw["batch_size"], C)
+            ran = len(seen)
+            seen.clear()
+            api.forward(model, kw["data"][:C].unsqueeze(0))
+        finally:
+            for hook in hooks:
+                hook.remove()
+        if not ran:
+            return facet(False, "no_calls", "the grader saw no call of the model's layers: run the model on the "
+                         "windows, model(x)")
+        results[mode] = seen
+    if not all(results["train"]):
+        return facet(False, "left_eval", "a model in training mode was left in eval mode after evaluate: remember "
+                     "was_training = model.training first, and call model.train(was_training) at the end (in a "
+                     "finally: block, so an error does not leave it in eval mode either)")
+    if any(results["eval"]):
+        return facet(False, "forced_train", "a model handed in eval mode came back in training mode: put back the "
+                     "mode it was in (model.train(was_training)), not always model.train()")
+    return facet(True, None)
+
+
+def grad_inputs():
+    def make(rng):
+        C = GRAD_FIELDS["context_length"]
+        data = torch.from_numpy(rng.integers(0, GRAD_FIELDS["vocab_size"], GRAD_WINDOWS * C + 1)).long()
+        warm = torch.from_numpy(rng.integers(0, GRAD_FIELDS["vocab_size"], 4 * C + 1)).long()
+        return Inputs((), {"data": data, "warm": warm})
+
+    return make
+
+
+def graph_bytes() -> int:
+    """What an autograd graph of one forward pass over GRAD_WINDOWS windows keeps at least: the
+    input and the output of every block's GELU, (windows, C, d_ff) each, in float32."""
+    f = GRAD_FIELDS
+    return 2 * f["n_layers"] * GRAD_WINDOWS * f["context_length"] * f["d_ff"] * 4
+
+
+def no_grad_probe(api, inputs: Inputs):
+    kw = inputs.kwargs
+    C = GRAD_FIELDS["context_length"]
+    model = api.given(MODEL, api.record(**GRAD_FIELDS))
+    api.method(model, "train", keep=True)
+    # A short run first: the first calls of PyTorch's operators page in code, which counts as
+    # resident memory too.
+    api.call("evaluate", model, kw["warm"], 2, C)
+    real = in_process(api, model)
+    modes: list[bool] = []
+    if real is not None:  # trusted code: the grad mode of its forward passes, seen from inside
+        hook = real.register_forward_hook(lambda mod, args, out: modes.append(torch.is_grad_enabled()))
+        try:
+            value, footprint = api.call("evaluate", model, kw["data"], GRAD_WINDOWS, C), None
+        finally:
+            hook.remove()
+    else:
+        value, footprint = api.memory_call("evaluate", model, kw["data"], GRAD_WINDOWS, C)
+    loss, untrained = number(value), math.log(GRAD_FIELDS["vocab_size"])
+    if loss is None or not abs(loss - untrained) < UNTRAINED_SPREAD:
+        return facet(False, "no_loss", f"evaluate returned {describe(value) if loss is None else f'{loss:.4g}'} for "
+                     f"an untrained model, whose loss is about log({GRAD_FIELDS['vocab_size']}) = {untrained:.3f}: "
+                     "is the model run on the windows?")
+    if real is not None:
+        return facet(not any(modes), "grad", grad_message())
+    peak = footprint.get("peak_bytes") if isinstance(footprint, dict) else None
+    if not isinstance(peak, int):
+        return facet(True, None)  # /proc could not tell: not graded
+    return facet(peak < graph_bytes() // 2, "grad",
+                 grad_message(f" (while it ran, your process held up to {peak / 2**20:,.0f} MB more than before; "
+                              f"the autograd graph of that forward pass takes about {graph_bytes() / 2**20:,.0f} MB)"))
+
+
+def grad_message(measured: str = "") -> str:
+    return ("the forward passes kept an autograd graph: evaluating a model of 8 wide blocks on 256 windows of 8 "
+            f"tokens took as much memory as a training step's forward pass{measured}. Run them under "
+            "torch.no_grad(): nothing is trained here")
+
+
+def unchanged_probe(api, inputs: Inputs):
+    """A real GPT in the worker with the check's weights: after evaluate, the weights are the same and
+    no gradient is left in them."""
+    kw = inputs.kwargs
+    model = api.given(MODEL, api.record(**kw["fields"]))
+    api.method(model, "load_state_dict", kw["state"])
+    value = api.call("evaluate", model, kw["data"], kw["batch_size"], kw["fields"]["context_length"])
+    weights = api.method(model, "state_dict")
+    grads = api.grads(model)
+    loss, want = number(value), eval_oracle(inputs)["loss"]
+    if loss is None or not abs(loss - want) < 0.5:  # about the right loss: the model was run
+        return facet(False, "no_loss", f"evaluate returned {describe(value) if loss is None else f'{loss:.4g}'}, "
+                     f"far from the model's loss on those windows, {want:.4g}: is the model run on the windows?")
+    same = isinstance(weights, dict) and set(weights) == set(kw["state"]) and all(
+        isinstance(weights[k], torch.Tensor) and torch.equal(weights[k], v) for k, v in kw["state"].items())
+    if not same:
+        return facet(False, "weights", "the model's weights changed during evaluate: evaluation only measures")
+    left = isinstance(grads, dict) and any(isinstance(g, torch.Tensor) for g in grads.values())
+    return facet(not left, "grads", "evaluate left gradients in the model's parameters: no backward() here")
+
+
+def diagnose_eval(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    if isinstance(expected, dict) and "ok" in expected:
+        return diagnose_facet(result, expected, "the evaluation")
+    if not isinstance(result, dict) or "loss" not in result:
+        return f"could not follow the call ({describe(result)})"
+    got, want = number(result["loss"]), float(expected["loss"])
+    if got is None:
+        return f"returned {describe(result['loss'])}, expected a float: the mean loss"
+    if math.isclose(got, want, rel_tol=tol.rtol, abs_tol=tol.atol):
+        return None
+    kw = inputs.kwargs
+    C, n = kw["fields"]["context_length"], len(kw["data"])
+    windows = len(range(0, n - C, C))
+    return (f"returned {got:.6g}; the mean loss over the {windows} whole windows starting at 0, {C}, {2 * C}, ... "
+            f"of {n} ids (batches of {kw['batch_size']}) is {want:.6g}. Each window needs C + 1 ids (its targets "
+            "are shifted by one); weight each batch's mean by its number of positions, since the last batch may be "
+            "smaller")
+
+
+def eval_with(train_mode=False, grad=False, stride=None, unweighted=False, restore="right", last=True,
+              count_windows=False):
+    """restore: "right", "never" (left in eval mode) or "always_train"; last=False drops the last
+    window (range(0, len(data) - C - 1, C)); count_windows: len(data) // C windows, the last one
+    without its target when C divides len(data)."""
+
+    def variant(reference, model, data, batch_size, context_length):
+        C = context_length
+        data = torch.as_tensor(data, dtype=torch.long)
+        if count_windows:
+            starts = [i * C for i in range(len(data) // C)]
+        else:
+            starts = list(range(0, len(data) - C - (0 if last else 1), stride or C))
+        was_training = model.training
+        if not train_mode:
+            model.eval()
+        total, count, means = 0.0, 0, []
+        with torch.set_grad_enabled(grad):
+            for first in range(0, len(starts), batch_size):
+                batch = starts[first:first + batch_size]
+                x = torch.stack([data[i:i + C] for i in batch])
+                y = torch.stack([data[i + 1:i + C + 1] for i in batch])
+                loss = reference.cross_entropy(model(x), y).item()
+                total, count = total + loss * y.numel(), count + y.numel()
+                means.append(loss)
+        if restore == "right":
+            model.train(was_training)
+        elif restore == "always_train":
+            model.train()
+        return sum(means) / len(means) if unweighted else total / count
+
+    return variant
+
+
+# ---------------------------------------------------------------- the catalogue
+
+MISCONCEPTIONS = (
+    Misconception("ce_no_max_shift", "a log-sum-exp without the max shift, log(sum(exp(z)))",
+                  "exp(1e4) is inf in float32 (and exp(-1e4) is 0): subtract the row's maximum m first, "
+                  "logsumexp(z) = m + log(sum(exp(z - m))), or call torch.logsumexp.",
+                  {"cross_entropy": ce_with(shift=False)}),
+    Misconception("ce_max_not_added_back", "the row's maximum subtracted inside the log-sum-exp but not added back",
+                  "logsumexp(z) = m + log(sum(exp(z - m))): the shift by m must be undone after the log.",
+                  {"cross_entropy": ce_with(add_back=False)}),
+    Misconception("ce_sum_not_mean", "the losses of the positions summed instead of averaged",
+                  "Return the mean over every position (.mean()), so the loss does not grow with the batch.",
+                  {"cross_entropy": ce_with(reduce="sum")}),
+    Misconception("ce_mean_over_first_axis", "a sum divided by the logits' first dimension (the batch), not by "
+                  "the number of positions",
+                  "Average over every position of logits (..., V): flatten to (N, V) first, then .mean() over N.",
+                  {"cross_entropy": ce_with(reduce="first")}),
+    Misconception("ce_wrong_sign", "the log-likelihood itself, not its negative",
+                  "The loss is -log softmax(z)_t = logsumexp(z) - z_t, which is never negative.",
+                  {"cross_entropy": ce_with(sign=-1.0)}),
+    Misconception("ce_every_row_target", "log-probabilities indexed with [:, targets], which takes every target "
+                  "in every row",
+                  "Pick one entry per row: logprobs[torch.arange(N), targets], or "
+                  "logprobs.gather(1, targets.unsqueeze(1)).",
+                  {"cross_entropy": ce_with(every_row=True)}),
+    Misconception("lr_warmup_from_zero", "a warm-up of max_lr * step / warmup_steps (off by one)",
+                  "Steps count from 0: max_lr * (step + 1) / warmup_steps, so the first step already moves and "
+                  "step warmup_steps - 1 reaches max_lr.",
+                  {"lr_at": lr_with(warmup="from_zero")}),
+    Misconception("lr_warmup_never_reaches_max", "a warm-up of max_lr * (step + 1) / (warmup_steps + 1)",
+                  "Divide by warmup_steps: max_lr * (step + 1) / warmup_steps reaches max_lr at step "
+                  "warmup_steps - 1.",
+                  {"lr_at": lr_with(warmup="plus_one")}),
+    Misconception("lr_cosine_misses_floor", "a cosine over total_steps - warmup_steps steps, which has not reached "
+                  "min_lr at the last step",
+                  "p = (step - warmup_steps) / max(1, total_steps - 1 - warmup_steps): p is 1, and the rate "
+                  "min_lr, at step total_steps - 1, the last step.",
+                  {"lr_at": lr_with(denominator="total")}),
+    Misconception("lr_decays_to_zero", "a cosine that decays to 0, ignoring min_lr",
+                  "min_lr + (max_lr - min_lr) * (1 + cos(pi * p)) / 2 decays to the floor min_lr, not to 0.",
+                  {"lr_at": lr_with(floor=False)}),
+    Misconception("lr_cosine_past_the_end", "a cosine that goes on after total_steps - 1 and climbs back up",
+                  "From step total_steps - 1 on, return min_lr: the cosine's p must not pass 1.",
+                  {"lr_at": lr_with(after="cosine")}),
+    Misconception("clip_per_tensor", "each gradient clipped by its own norm",
+                  "Compute one total norm over all the gradients, sqrt(sum of every g.pow(2).sum()), and scale "
+                  "every gradient by the same factor.",
+                  {"clip_grad_norm": clip_with(per_tensor=True)}),
+    Misconception("clip_returns_norm_after", "the norm returned after clipping instead of before",
+                  "Return the total norm computed before the gradients are scaled: it shows how large they were.",
+                  {"clip_grad_norm": clip_with(norm_after=True)}),
+    Misconception("clip_grads_not_changed", "gradients that never change in place (a scaled copy, or a generator "
+                  "looped over twice)",
+                  "Scale p.grad itself (p.grad.mul_(scale)); and since parameters may be a generator, which is "
+                  "empty once looped over, make a list of them first.",
+                  {"clip_grad_norm": clip_with(copy=True)}),
+    Misconception("clip_scales_up", "a factor max_norm / total_norm applied even when the norm is below max_norm",
+                  "The factor is min(1, max_norm / (total_norm + 1e-6)): small gradients are left as they are.",
+                  {"clip_grad_norm": clip_with(no_min=True)}),
+    Misconception("clip_no_sqrt", "a total norm without the square root (the sum of squares)",
+                  "total_norm = sqrt(sum over the gradients of (g ** 2).sum()).",
+                  {"clip_grad_norm": clip_with(squared=True)}),
+    Misconception("clip_sums_norms", "a total norm that adds up each tensor's norm",
+                  "Norms do not add: the global norm is sqrt(sum of the squared norms), the L2 norm of all the "
+                  "gradients as one vector.",
+                  {"clip_grad_norm": clip_with(summed=True)}),
+    Misconception("clip_scales_weights", "the parameters scaled instead of their gradients",
+                  "Clipping changes p.grad only: p.grad.mul_(scale), never p or p.data.",
+                  {"clip_grad_norm": clip_with(weights=True)}),
+    Misconception("eval_training_mode", "an evaluation run in training mode",
+                  "Call model.eval() before the forward passes: layers such as dropout behave differently in "
+                  "training mode. Put the mode back afterwards.",
+                  {"evaluate": eval_with(train_mode=True)}),
+    Misconception("eval_with_gradients", "an evaluation that keeps autograd graphs (no torch.no_grad())",
+                  "Wrap the forward passes in `with torch.no_grad():` (or torch.inference_mode()): the graph costs "
+                  "memory and time, and nothing is trained.",
+                  {"evaluate": eval_with(grad=True)}),
+    Misconception("eval_overlapping_windows", "windows that overlap (starting at every position, stride 1)",
+                  "The windows start at 0, C, 2C, ...: range(0, len(data) - C, C).",
+                  {"evaluate": eval_with(stride=1)}),
+    Misconception("eval_unweighted_batch_means", "the mean of the batches' mean losses, unweighted",
+                  "The last batch may hold fewer windows: add up loss * (number of positions) per batch and divide "
+                  "by the total number of positions.",
+                  {"evaluate": eval_with(unweighted=True)}),
+    Misconception("eval_misses_last_window", "a range of starts that stops one window short",
+                  "A window at i needs data[i : i + C + 1], so i may go up to len(data) - C - 1: "
+                  "range(0, len(data) - C, C).",
+                  {"evaluate": eval_with(last=False)}),
+    Misconception("eval_window_without_target", "len(data) // C windows, the last of which has no target when C "
+                  "divides len(data)",
+                  "Each window needs C + 1 ids (its targets are shifted by one): the starts are "
+                  "range(0, len(data) - C, C).",
+                  {"evaluate": eval_with(count_windows=True)}),
+    Misconception("eval_mode_not_restored", "a model left in eval mode after the evaluation",
+                  "Remember was_training = model.training before model.eval(), and call "
+                  "model.train(was_training) at the end.",
+                  {"evaluate": eval_with(restore="never")}),
+    Misconception("eval_always_back_to_train", "a model put in training mode after the evaluation whatever its "
+                  "mode before",
+                  "Put back the mode it was in, model.train(was_training): a model evaluated in eval mode stays "
+                  "in eval mode.",
+                  {"evaluate": eval_with(restore="always_train")}),
+)
+
+
+# ---------------------------------------------------------------- the graded parts
+
+CE_CHECKS = (
+    Check("rows", "logits (12, 7), targets (12,)", 0.75, logits_inputs((12, 7)), tol=F32, oracle=ce_oracle),
+    Check("batched", "logits (3, 5, 11), targets (3, 5): the mean over all 15 positions", 0.5,
+          logits_inputs((3, 5, 11)), tol=F32, oracle=ce_oracle),
+    Check("one_position", "one position: logits (9,), a 0-d target", 0.25, logits_inputs((9,)), tol=F32,
+          oracle=ce_oracle),
+    Check("huge_logits", "logits of +-1e4 among others of about 30: finite, and right", 1,
+          logits_inputs((6, 10), scale=30.0, huge=True), tol=Tolerance(rtol=1e-5, atol=1e-3), oracle=ce_oracle),
+    Check("gradient", "backward() through the loss gives (softmax - one_hot) / N on logits (2, 4, 6)", 1,
+          logits_inputs((2, 4, 6)), tol=F32, probe=ce_grad_probe, oracle=ce_grad_oracle),
+    Check("inputs_unchanged", "logits and targets are not modified", 0.5, logits_inputs((4, 5)), kind="unchanged"),
+)
+
+# lr_at takes five numbers and returns one: there are no inputs it could modify, so it has no
+# "inputs unchanged" check (one that cannot fail).
+LR_CHECKS = (
+    Check("warmup_and_cosine", "max_lr 6e-4, 10 warm-up steps, 100 steps, min_lr 6e-5: steps 0 to 150", 1,
+          schedule_inputs(6e-4, 10, 100, 6e-5, [0, 1, 5, 8, 9, 10, 11, 30, 54, 55, 97, 98, 99, 100, 150]), tol=LR,
+          probe=schedule_probe),
+    Check("no_warmup", "warmup_steps 0 (the decay starts at max_lr at step 0), min_lr 0", 0.5,
+          schedule_inputs(1.0, 0, 12, 0.0, range(0, 15)), tol=LR, probe=schedule_probe),
+    Check("short_run", "5 steps, 2 of them warm-up, min_lr 0.1", 0.5,
+          schedule_inputs(2.0, 2, 5, 0.1, range(0, 8)), tol=LR, probe=schedule_probe),
+    # Step 6 of this schedule is both warmup_steps and total_steps - 1: the contract puts max_lr and
+    # min_lr there at once, so it is not asked.
+    Check("warmup_to_the_end", "a warm-up of 6 steps in a run of 7, min_lr 0.05: the warm-up, then min_lr after",
+          0.5, schedule_inputs(0.3, 6, 7, 0.05, [0, 1, 2, 3, 4, 5, 7, 8, 30]), tol=LR, probe=schedule_probe),
+    Check("corners", "the exact rates at warmup_steps - 1 and warmup_steps (max_lr), total_steps - 1 and after "
+          "(min_lr), 3 warm-up steps of 40", 0.5,
+          schedule_inputs(1e-3, 3, 40, 1e-4, [2, 3, 38, 39, 40, 41, 1000]), tol=LR, probe=schedule_probe),
+)
+
+CLIP_CHECKS = (
+    Check("global", "gradients with a global norm 3 times max_norm, passed as model.parameters() (a generator): "
+          "every one scaled by the same factor", 1, clip_inputs(1 / 3), probe=clip_probe, oracle=facet_oracle),
+    Check("returns_norm", "the same call returns the total norm before clipping", 0.5,
+          clip_inputs(0.4, facet_name="norm"), probe=clip_probe, oracle=facet_oracle),
+    Check("below_max_norm", "a global norm half of max_norm: nothing changes", 0.5, clip_inputs(2.0),
+          probe=clip_probe, oracle=facet_oracle),
+    Check("skips_missing_grads", "the attention's parameters frozen (.grad None): skipped, the rest clipped "
+          "together", 0.5, clip_inputs(0.25, frozen="blocks.0.attn"), probe=clip_probe, oracle=facet_oracle),
+    Check("float64", "a float64 model", 0.25, clip_inputs(0.5, dtype="float64"), probe=clip_probe,
+          oracle=facet_oracle),
+    Check("inputs_unchanged", "the parameters themselves are not modified (only their gradients)", 0.25,
+          clip_inputs(0.2, facet_name="weights"), probe=clip_probe, oracle=facet_oracle),
+)
+
+EVAL_CHECKS = (
+    Check("ragged", "93 ids, C = 8 (11 whole windows; the 5 ids left over make none), batches of 4 (4, 4, 3)", 1,
+          eval_inputs(93, 4), tol=LOSS, probe=eval_value_probe, oracle=eval_oracle),
+    Check("multiple_of_c", "48 ids, C = 8: 5 whole windows (the sixth would need a 49th id), batches of 2", 0.5,
+          eval_inputs(48, 2, mode="eval"), tol=LOSS, probe=eval_value_probe, oracle=eval_oracle),
+    Check("one_batch", "49 ids, C = 8: 6 windows, batch_size 10 (one batch)", 0.5, eval_inputs(49, 10), tol=LOSS,
+          probe=eval_value_probe, oracle=eval_oracle),
+    Check("eval_mode", "every layer call of the forward passes runs in eval mode (the model is handed in training "
+          "mode)", 0.5, eval_inputs(41, 2, facet_name="during"), probe=eval_mode_probe, oracle=facet_oracle),
+    Check("restores_mode", "the model is back in its mode after: training stays training, eval stays eval", 0.5,
+          eval_inputs(41, 3, facet_name="restores"), probe=eval_mode_probe, oracle=facet_oracle),
+    Check("no_gradients", "no autograd graph is kept (a model of 8 wide blocks, 256 windows of 8 ids in one batch: "
+          "the memory your process adds, measured from outside it, is far below what a graph of that forward pass "
+          "takes)", 0.5,
+          grad_inputs(), probe=no_grad_probe, oracle=facet_oracle),
+    Check("inputs_unchanged", "the model's weights are unchanged and hold no gradient after the call", 0.5,
+          eval_inputs(33, 2), probe=unchanged_probe, oracle=facet_oracle),
+)
+
+PARTS = (
+    Part("cross_entropy", checks=CE_CHECKS, diagnose=diagnose_ce, forbid=CE_FORBID),
+    Part("lr_at", checks=LR_CHECKS, diagnose=diagnose_lr),
+    Part("clip_grad_norm", checks=CLIP_CHECKS, diagnose=lambda r, e, i, t: diagnose_facet(r, e, "the clipping"),
+         forbid=CLIP_FORBID),
+    # evaluate calls the contract's cross_entropy: the reference's while evaluate is graded
+    Part("evaluate", checks=EVAL_CHECKS, diagnose=diagnose_eval, uses=("cross_entropy",)),
+)

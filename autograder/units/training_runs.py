@@ -1,10 +1,919 @@
 """Unit 08, the runs: hidden checks and misconceptions for save_checkpoint, load_checkpoint, train_loop.
 
-(Being written: `PARTS`, `MISCONCEPTIONS`, `WORKER_IMPORTS`.)
+Everything runs on the CPU with the course's own GPT (`coursekit.gpt.GPT`, tiny: d_model 16, one
+layer, context 16), built in the student's worker from a start the grader chose. The student's
+functions run there; what crosses back is data (weights, numbers, draws), compared here.
+
+- Checkpoints. The grader builds a model and an AdamW in the worker, takes two optimizer steps,
+  seeds the three generators (Python's `random`, NumPy's global one, torch's) and calls the
+  student's `save_checkpoint`. Then, as a new process would, it builds a fresh model from another
+  seed and a fresh AdamW, moves every generator elsewhere and calls the student's
+  `load_checkpoint`. What comes back: the weights, one more optimizer step (AdamW's running
+  averages and step count show in it), and the generators' next draws, which must be those drawn
+  right after saving. A checkpoint can only be read by the code that wrote it (students choose
+  its layout), so each facet is judged on the student's own pair, and hosted by one part:
+  the weights, the optimizer state and "saving changes nothing" by `save_checkpoint`; the step,
+  the state and the generators (which `load_checkpoint` restores itself) by `load_checkpoint`.
+  The checkpoint file never leaves the worker: the grader never unpickles a student's bytes.
+- `train_loop` trains from the grader's start with the grader's seed and settings; the trained
+  weights cross as data and are compared with the reference's run from the same start (the
+  schedule, clipping, AdamW's settings, the data order and the zero_grad order all show in
+  them). The records it returns (train and held-out losses, best step) are compared with the
+  reference's, and the held-out loss of the weights it leaves is measured here with the
+  reference's `evaluate`. Early stopping and best-weights restoring run on held-out text unlike
+  the training text (it gets worse as the model learns). Resuming: the student's run stopped at
+  step 12 (`stop_after`) and resumed from its checkpoint in a model built from another seed must
+  equal the student's own straight run, bit for bit. While it is graded, `lr_at` is the
+  reference's; `clip_grad_norm`, `cross_entropy` and `evaluate` stay the student's (they take the
+  parameters or the model, or keep the autograd graph, which cannot cross to the grader).
+
+The worker's generators, modules and AdamW are reached through its own `__import__` (taken from
+the course model's builtins): the grader drives them by handle and reads data back.
 """
 
 from __future__ import annotations
 
-PARTS: tuple = ()
-MISCONCEPTIONS: tuple = ()
-WORKER_IMPORTS: tuple = ()
+import contextlib
+import copy
+import functools
+import math
+import random
+import shutil
+import tempfile
+import types
+import weakref
+
+import numpy as np
+import torch
+
+from ..compare import Tolerance, describe
+from ..core import Check, Inputs, Misconception, Part
+from ..sandbox import quiet
+from ..student import InProcessStudent, LocalHandle
+
+MODEL = "coursekit.gpt.GPT"
+TINY = dict(vocab_size=32, context_length=16, d_model=16, n_layers=1, n_heads=2, d_ff=None, tie_weights=True)
+# The worker imports these before any timed call: an optimizer's first step imports torch._dynamo.
+WORKER_IMPORTS = ("torch", "torch.optim", "torch._dynamo", "numpy")
+# Weights after a few AdamW steps, in the worker (one thread) against the reference here: the same
+# operations, summed in other orders at most. Seen: 0 to 3e-7; a real mistake moves them by 1e-3 and more.
+WEIGHTS = Tolerance(rtol=1e-4, atol=2e-5)
+LOSSES = Tolerance(rtol=1e-4, atol=1e-5)
+# The trained model's logits, against the reference's from the same start: correct loops written
+# differently (another cross_entropy's rounding) agree to about 1e-5; a real mistake moves them by 0.05 and more.
+LOGITS = Tolerance(rtol=1e-3, atol=1e-3)
+
+
+# ---------------------------------------------------------------- driving objects in the worker
+
+
+class Ops:
+    """Objects in the worker (the student's) or in this process (the reference, a variant), driven
+    the same way. Trusted code gets the real modules; a worker's come from its own `__import__`."""
+
+    def __init__(self, api):
+        self.api = api
+        student = getattr(api, "student", None)
+        self.wrap = isinstance(student, InProcessStudent)  # trusted code behind the student interface
+        self.local = api.trusted or self.wrap
+        self._modules: dict = {}
+        self._import = None
+
+    # objects handed to the api: a LocalHandle where InProcessStudent expects one
+    def arg(self, obj):
+        if self.wrap and not isinstance(obj, LocalHandle) and not isinstance(obj, str | int | float | dict | list):
+            return LocalHandle(self.api.student, obj)
+        return obj
+
+    def raw(self, obj):
+        return obj.obj if isinstance(obj, LocalHandle) else obj
+
+    def module(self, name: str, anchor=None):
+        if name in self._modules:
+            return self._modules[name]
+        if self.local:
+            import importlib
+
+            found = importlib.import_module(name)
+        else:
+            if self._import is None:
+                get = self.api.attr(anchor, "_init_weights.__builtins__.get")
+                self._import = self.api.forward(get, "__import__", keep=True)
+            found = self.api.forward(self._import, name.split(".")[0], keep=True)
+            for part in name.split(".")[1:]:
+                found = self.api.attr(found, part)
+        self._modules[name] = found
+        return found
+
+    def method(self, obj, name, *args, keep=False):
+        if self.local:
+            return getattr(self.raw(obj), name)(*[self.raw(a) for a in args])
+        return self.api.method(obj, name, *args, keep=keep)
+
+    def build(self, cls, *args):
+        if self.local:
+            return cls(*[self.raw(a) for a in args])
+        return self.api.forward(cls, *args, keep=True)
+
+    def attr(self, obj, name):
+        if self.local:
+            for part in name.split("."):
+                obj = getattr(self.raw(obj), part)
+            return obj
+        return self.api.attr(obj, name)
+
+    def call(self, name, *args, **kwargs):
+        """The function being graded (or another contract function), as the api runs it."""
+        return self.api.call(name, *[self.arg(a) for a in args], **kwargs)
+
+    # the course's model and an AdamW, in the worker
+    def model(self, seed: int):
+        config = self.api.record(**TINY)
+        model = self.api.given(MODEL, config)
+        self.api.method(model, "load_state_dict", initial_state(seed))
+        return self.raw(model) if self.local else model
+
+    def adamw(self, model, anchor=None):
+        torch_ = self.module("torch", anchor)
+        params = self.method(model, "parameters", keep=True)
+        # eps 1e-4, not 1e-8: a gradient that is rounding noise (the key projection's bias, to which
+        # the softmax is blind) would otherwise take steps of lr in whatever direction the noise says
+        return self.build(self.attr(torch_, "optim.AdamW"), params, 1e-2, (0.9, 0.95), 1e-4, 0.1)
+
+    def weights(self, model) -> dict:
+        state = self.method(model, "state_dict")
+        if not isinstance(state, dict):
+            return {}
+        return {k: v.detach().clone() if isinstance(v, torch.Tensor) else v for k, v in state.items()}
+
+    def train_step(self, model, optimizer, seed: int):
+        """One step on a fixed batch: forward and backward in the worker, then optimizer.step()."""
+        x, upstream = batch(seed)
+        if self.local:
+            self.raw(model)(x).backward(upstream)
+        else:
+            self.api.forward(model, x, backward=upstream)
+        self.method(optimizer, "step")
+        self.method(optimizer, "zero_grad")
+
+    # the three generators
+    def generators(self, anchor):
+        return {"python": self.module("random", anchor), "numpy": self.module("numpy.random", anchor),
+                "torch": self.module("torch", anchor)}
+
+    def seed(self, gens, base: int):
+        self.method(gens["python"], "seed", base)
+        self.method(gens["numpy"], "seed", base + 1)
+        self.method(gens["torch"], "manual_seed", base + 2)
+
+    def draws(self, gens) -> dict:
+        out = {"python": [self.method(gens["python"], "random") for _ in range(2)],
+               "numpy": self.method(gens["numpy"], "rand", 2),
+               "torch": self.method(gens["torch"], "rand", 2)}
+        return {k: [float(x) for x in np.asarray(_plain(v), dtype=float).ravel()] if _numbers(_plain(v)) else None
+                for k, v in out.items()}
+
+
+def _numbers(value) -> bool:
+    try:
+        np.asarray(value, dtype=float)
+        return not isinstance(value, bool)
+    except (TypeError, ValueError):
+        return False
+
+
+@functools.cache
+def _initial_state(seed: int) -> dict:
+    from coursekit.gpt import GPT
+
+    with _own_generators():
+        torch.manual_seed(seed)
+        return GPT(types.SimpleNamespace(**TINY)).state_dict()
+
+
+def initial_state(seed: int) -> dict:
+    """The course GPT's own initialisation, drawn from `seed` (kept: the same every time)."""
+    return {k: v.clone() for k, v in _initial_state(seed).items()}
+
+
+def batch(seed: int):
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randint(TINY["vocab_size"], (2, TINY["context_length"]), generator=g)
+    upstream = torch.randn(2, TINY["context_length"], TINY["vocab_size"], generator=g)
+    return x, upstream
+
+
+@contextlib.contextmanager
+def _own_generators():
+    """Trusted runs seed this process's generators: put them back after, for whatever runs next."""
+    saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    try:
+        yield
+    finally:
+        random.setstate(saved[0])
+        np.random.set_state(saved[1])
+        torch.set_rng_state(saved[2])
+
+
+@contextlib.contextmanager
+def _folder(ops: Ops):
+    """Where checkpoints go: a temporary folder here for trusted code; the worker's own working
+    folder (its private scratch) for a student's."""
+    if ops.local:
+        folder = tempfile.mkdtemp(prefix="grader-ckpt-")
+        try:
+            yield folder + "/"
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
+    else:
+        yield ""
+
+
+_SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # owner -> {run name: what it gave}
+
+
+def _owner(api):
+    """Whose runs these are: a submission (its worker), or the trusted function being graded."""
+    if api.trusted:
+        return api.namespace.get("train_loop") if hasattr(api, "namespace") else None
+    return api.student
+
+
+def once(api, name: str, compute):
+    """The checks of a part that look at the same run share it: one run per submission."""
+    owner = _owner(api)
+    try:
+        runs = _SEEN.setdefault(owner, {})
+    except TypeError:  # not weakly referenceable: no sharing
+        runs = {}
+    if name not in runs:
+        runs[name] = compute()
+    return runs[name]
+
+
+# ---------------------------------------------------------------- checkpoints
+
+STATE = {"best_loss": 1.5, "history": [3.0, 2.5]}
+STEP = 7
+
+
+def round_trip(api, inputs: Inputs) -> dict:
+    """Save from one model and optimizer, load into fresh ones; see the module docstring."""
+    ops = Ops(api)
+    with _own_generators(), _folder(ops) as folder:
+        path = folder + "grader_checkpoint.pt"
+        model = ops.model(11)
+        gens = ops.generators(model)
+        optimizer = ops.adamw(model, model)
+        ops.train_step(model, optimizer, 1)
+        ops.train_step(model, optimizer, 2)
+        ops.seed(gens, 20)
+        ops.call("save_checkpoint", path, model, optimizer, STEP, **copy.deepcopy(STATE))
+        saved = ops.weights(model)
+        drawn = ops.draws(gens)  # right after saving: what a resumed run must draw next
+
+        fresh = ops.model(12)  # a new process: another model, a new optimizer, generators elsewhere
+        fresh_optimizer = ops.adamw(fresh, model)
+        ops.seed(gens, 30)
+        returned = ops.call("load_checkpoint", path, fresh, fresh_optimizer)
+        loaded = ops.weights(fresh)
+        redrawn = ops.draws(gens)
+        ops.train_step(fresh, fresh_optimizer, 3)
+        stepped = ops.weights(fresh)
+
+        again = ops.model(13)  # loading a second time gives the same: loading leaves the file alone
+        again_optimizer = ops.adamw(again, model)
+        ops.seed(gens, 40)
+        try:
+            returned_again = ops.call("load_checkpoint", path, again, again_optimizer)
+            loaded_again, redrawn_again = ops.weights(again), ops.draws(gens)
+        except Exception:  # noqa: BLE001 - the student's ProbeFailed, or a variant's own error
+            returned_again = loaded_again = redrawn_again = None
+    return {"saved": saved, "drawn": drawn, "returned": returned, "loaded": loaded, "redrawn": redrawn,
+            "stepped": stepped, "returned_again": returned_again, "loaded_again": loaded_again,
+            "redrawn_again": redrawn_again}
+
+
+_REFERENCE_ROUND_TRIP: dict = {}
+
+
+def checkpoint_probe(view: str):
+    def probe(api, inputs: Inputs):
+        if not api.trusted:
+            run = once(api, "checkpoint", lambda: round_trip(api, inputs))
+        elif _is_reference(api.namespace):  # the same every time: kept
+            if "run" not in _REFERENCE_ROUND_TRIP:
+                _REFERENCE_ROUND_TRIP["run"] = round_trip(api, inputs)
+            run = _REFERENCE_ROUND_TRIP["run"]
+        else:  # a catalogued variant of one of the two functions: its own run
+            run = round_trip(api, inputs)
+        return checkpoint_view(view, run)
+
+    return probe
+
+
+def _is_reference(namespace: dict) -> bool:
+    from ..reference import load_reference
+
+    ref = load_reference("08_training")
+    return namespace.get("save_checkpoint") is ref.save_checkpoint and namespace.get("load_checkpoint") is \
+        ref.load_checkpoint
+
+
+def _same_weights(a, b, exact=False) -> bool:
+    if not isinstance(a, dict) or not isinstance(b, dict) or set(a) != set(b):
+        return False
+    for key in a:
+        x, y = a[key], b[key]
+        if not isinstance(x, torch.Tensor) or not isinstance(y, torch.Tensor) or x.shape != y.shape:
+            return False
+        if exact and not torch.equal(x, y):
+            return False
+        if not exact and not torch.allclose(x.double(), y.double(), rtol=WEIGHTS.rtol, atol=WEIGHTS.atol):
+            return False
+    return True
+
+
+def _largest_difference(a: dict, b: dict) -> float:
+    try:
+        return max(float((a[k].double() - b[k].double()).abs().max()) for k in b)
+    except Exception:  # noqa: BLE001 - shapes or keys that do not match
+        return math.inf
+
+
+def checkpoint_view(view: str, run: dict) -> dict:
+    """What one check looks at, as data that a catalogued variant's run can match."""
+    if view == "weights":
+        return {"view": view, "restored": _same_weights(run["loaded"], run["saved"], exact=True)}
+    if view == "optimizer":
+        return {"view": view, "stepped": run["stepped"]}
+    if view == "saving_changes_nothing":
+        return {"view": view, "saved": run["saved"], "drawn": run["drawn"]}
+    if view in ("step", "state"):
+        returned = run["returned"]
+        pair = isinstance(returned, tuple | list) and len(returned) == 2
+        if view == "step":
+            return {"view": view, "pair": pair, "value": returned[0] if pair else None}
+        state = returned[1] if pair else None
+        # the keys, and whether it is the state saved: the values of a wrong one (a whole checkpoint) are noise
+        return {"view": view, "pair": pair, "same": pair and _plain(state) == _plain(STATE),
+                "keys": sorted(map(str, state)) if isinstance(state, dict) else describe(state)}
+    if view == "generators":
+        drawn, redrawn = run["drawn"], run["redrawn"]
+        return {"view": view, "restored": {k: drawn[k] is not None and redrawn[k] == drawn[k] for k in drawn}}
+    # "loads_twice": the second load gives what the first gave
+    same = (_same_weights(run["loaded_again"], run["loaded"], exact=True) and run["redrawn_again"] == run["redrawn"]
+            and _plain(run["returned_again"]) == _plain(run["returned"]))
+    return {"view": view, "same": same}
+
+
+def _plain(value):
+    """Returned values compared as plain Python data (tensors as lists)."""
+    if isinstance(value, torch.Tensor):
+        return value.tolist()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, tuple | list):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return value
+
+
+GENERATOR_NAMES = {"python": "Python's `random`", "numpy": "NumPy's global generator", "torch": "torch's generator"}
+
+
+def diagnose_checkpoint(result, expected) -> str | None:
+    view = expected["view"]
+    if not isinstance(result, dict) or result.get("view") != view:
+        return f"could not follow the save and load ({describe(result)})"
+    if view == "weights":
+        if result["restored"] != expected["restored"]:
+            return ("after save_checkpoint and then load_checkpoint into a fresh model (built from another seed), "
+                    "the model does not hold the saved weights: save model.state_dict() and load it with "
+                    "model.load_state_dict(...)")
+        return None
+    if view == "optimizer":
+        if not _same_weights(result["stepped"], expected["stepped"]):
+            return (f"after loading into a fresh model and a fresh AdamW, the next optimizer step differs from the "
+                    f"reference's by up to {_largest_difference(result['stepped'], expected['stepped']):.3g}: "
+                    "AdamW's state (its running averages exp_avg, exp_avg_sq and its step count) must be saved "
+                    "(optimizer.state_dict()) and loaded back (optimizer.load_state_dict(...)), or the resumed run "
+                    "takes differently sized steps")
+        return None
+    if view == "saving_changes_nothing":
+        if not _same_weights(result["saved"], expected["saved"]):
+            return "saving changed the model's weights: save_checkpoint should only write, never modify"
+        if result["drawn"] != expected["drawn"]:
+            moved = [GENERATOR_NAMES[k] for k in expected["drawn"] if result["drawn"].get(k) != expected["drawn"][k]]
+            return (f"saving moved {', '.join(moved)}: the draws after save_checkpoint are not those a run that did "
+                    "not save would make. Read the states (random.getstate(), np.random.get_state(), "
+                    "torch.get_rng_state()): do not seed or draw while saving")
+        return None
+    if view in ("step", "state"):
+        if not result["pair"]:
+            return "load_checkpoint should return a pair (step, state)"
+        if view == "step" and _plain(result["value"]) != expected["value"]:
+            return (f"load_checkpoint returned step {_short(result['value'])}, but {expected['value']} was saved: "
+                    "return the step given to save_checkpoint, unchanged")
+        if view == "state" and (result["same"], result["keys"]) != (expected["same"], expected["keys"]):
+            return (f"load_checkpoint returned a state with keys {_short(result['keys'])}, but save_checkpoint was "
+                    f"given {_short(STATE)}: return exactly the keyword arguments that were saved, as a dict")
+        return None
+    if view == "generators":
+        lost = [GENERATOR_NAMES[k] for k, ok in result["restored"].items() if not ok]
+        if lost:
+            return (f"after load_checkpoint, {', '.join(lost)} did not draw what it drew right after saving: "
+                    "save every generator's state and restore it in load_checkpoint (random.setstate, "
+                    "np.random.set_state, torch.set_rng_state), or the resumed run trains on other batches")
+        return None
+    if not result["same"]:
+        return ("loading the same checkpoint a second time gave something else: load_checkpoint must leave the "
+                "file as it is")
+    return None
+
+
+def _short(value) -> str:
+    text = repr(_plain(value))
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+# ---------------------------------------------------------------- train_loop
+
+RECIPE = dict(total_steps=24, batch_size=4, context_length=16, max_lr=1e-2, min_lr=1e-3, warmup_steps=4,
+              weight_decay=0.1, grad_clip=0.5, eval_every=6, patience=10, seed=3, checkpoint_path=None,
+              checkpoint_every=0, resume_from=None, stop_after=None)
+# Held-out text unlike the training text gets worse as the model learns: early stopping after
+# `patience` evaluations without a new best, and the best weights restored.
+STOPPING = {**RECIPE, "total_steps": 30, "eval_every": 3, "patience": 2, "seed": 4}
+STOP_AT = 12  # the interrupted run: checkpoints every 6 steps, stopped after step 12, resumed
+
+
+def chain(seed: int, length: int, multiplier: int, offset: int, keep: float = 0.85) -> torch.Tensor:
+    """Token ids where each id is followed by (multiplier * id + offset) % V most of the time."""
+    rng = np.random.default_rng(seed)
+    V = TINY["vocab_size"]
+    ids = [int(rng.integers(V))]
+    for _ in range(length - 1):
+        ids.append((multiplier * ids[-1] + offset) % V if rng.random() < keep else int(rng.integers(V)))
+    return torch.tensor(ids, dtype=torch.long)
+
+
+@functools.cache
+def corpus(kind: str) -> tuple[torch.Tensor, torch.Tensor]:
+    train = chain(1, 3000, 5, 3)
+    heldout = chain(2, 16 * 8 + 1, 5, 3) if kind == "like" else chain(3, 16 * 8 + 1, 7, 11)
+    return train, heldout
+
+
+def run_loop(api, config: dict, data: str, model_seed: int = 21, check_inputs: bool = False) -> dict:
+    """The student's (or trusted) train_loop from the grader's start; the weights it leaves, and what it returned."""
+    ops = Ops(api)
+    train, heldout = corpus(data)
+    with _own_generators():
+        model = ops.model(model_seed)
+        # the global generator as a fresh process has it: a loop that forgets to seed draws from here
+        ops.method(ops.module("torch", model), "manual_seed", 1234)
+        record = api.record(**config)
+        given = (train.clone(), heldout.clone())
+        if check_inputs:  # held in the worker, read back after the run
+            torch_ = ops.module("torch", model)
+            given = tuple(ops.build(ops.attr(torch_, "clone"), t) for t in (train, heldout))
+        result = ops.call("train_loop", model, *given, ops.raw(record) if ops.local else record)
+        out = {"result": _records(result), "weights": ops.weights(model)}
+        if check_inputs:
+            after = [ops.method(t, "tolist") for t in given]
+            out["inputs_changed"] = [name for name, t, a in zip(("train_ids", "heldout_ids"), (train, heldout), after,
+                                                                strict=True) if a != t.tolist()]
+            fields = ops.attr(ops.arg(record) if not ops.local else record, "__dict__")
+            if isinstance(fields, dict):
+                out["inputs_changed"] += [f"config.{k}" for k in config if fields.get(k, None) != config[k]]
+    return out
+
+
+def run_resumed(api) -> dict:
+    """Stopped after step STOP_AT with checkpoints every 6 steps, then resumed in a model built from another seed."""
+    ops = Ops(api)
+    with _folder(ops) as folder:
+        path = folder + "grader_run.pt"
+        first = run_loop(api, {**RECIPE, "checkpoint_path": path, "checkpoint_every": 6, "stop_after": STOP_AT}, "like")
+        second = run_loop(api, {**RECIPE, "resume_from": path}, "like", model_seed=22)
+    return {"first": first, "second": second}
+
+
+def _records(result) -> dict:
+    if not isinstance(result, dict):
+        return {"what": describe(result)}
+    out = {}
+    for key in ("train_losses", "heldout_losses"):
+        value = result.get(key)
+        out[key] = [float(x) for x in value] if isinstance(value, list | tuple) and all(
+            isinstance(x, int | float) and not isinstance(x, bool) for x in value) else None
+    best = result.get("best_step")
+    out["best_step"] = int(best) if isinstance(best, int | np.integer) and not isinstance(best, bool) else None
+    return out
+
+
+def loop_probe(view: str):
+    def probe(api, inputs: Inputs):
+        if view in ("recipe", "records", "inputs_unchanged"):
+            run = once(api, "recipe", lambda: run_loop(api, RECIPE, "like", check_inputs=True))
+        elif view in ("stopping", "best_weights"):
+            run = once(api, "stopping", lambda: run_loop(api, STOPPING, "unlike"))
+        else:
+            straight = once(api, "recipe", lambda: run_loop(api, RECIPE, "like", check_inputs=True))
+            resumed = once(api, "resumed", lambda: run_resumed(api))
+            return resume_view(straight, resumed)
+        if view == "recipe":
+            return {"view": view, "logits": predictions(run["weights"])}
+        if view in ("records", "stopping"):
+            return {"view": view, **run["result"]}
+        if view == "best_weights":
+            return {"view": view, "logits": predictions(run["weights"]),
+                    "measured": heldout_loss(run["weights"], "unlike"),
+                    "reported": reported_best(run["result"], STOPPING["eval_every"])}
+        ran = run["result"].get("train_losses")
+        return {"view": view, "changed": run.get("inputs_changed", []), "ran": ran is not None and len(ran) > 0}
+
+    return probe
+
+
+def reported_best(result: dict, every: int):
+    losses, best = result.get("heldout_losses"), result.get("best_step")
+    if not losses or not isinstance(best, int) or best % every or not 1 <= best // every <= len(losses):
+        return None
+    return losses[best // every - 1]
+
+
+def trained_model(weights: dict):
+    """The course's GPT with these weights, here (None where they do not fit it)."""
+    from coursekit.gpt import GPT
+
+    try:
+        model = GPT(types.SimpleNamespace(**TINY))
+        model.load_state_dict(weights)
+    except Exception:  # noqa: BLE001 - weights the course's GPT cannot take
+        return None
+    return model.eval()
+
+
+def predictions(weights: dict):
+    """The trained model's logits on fixed held-out windows, computed here. Compared rather than the
+    weights: the key projection's bias does not change any output (the softmax is blind to it), its
+    gradient is rounding noise, and AdamW turns that noise into steps of lr either way."""
+    model = trained_model(weights)
+    if model is None:
+        return None
+    with torch.no_grad():
+        return model(corpus("like")[1][:-1].view(-1, TINY["context_length"]))
+
+
+def heldout_loss(weights: dict, data: str) -> float | None:
+    """The grader's own measurement: the reference's `evaluate` on the held-out ids, with these weights."""
+    from ..reference import load_reference
+
+    model = trained_model(weights)
+    if model is None:
+        return None
+    with quiet():
+        return float(load_reference("08_training").evaluate(model, corpus(data)[1], RECIPE["batch_size"],
+                                                            RECIPE["context_length"]))
+
+
+def resume_view(straight: dict, resumed: dict) -> dict:
+    """What differs between the straight run and the stopped-and-resumed one (both the same code's)."""
+    a, b = straight, resumed["second"]
+    differs = [key for key in ("train_losses", "heldout_losses", "best_step")
+               if a["result"].get(key) != b["result"].get(key)]
+    if not _same_weights(a["weights"], b["weights"], exact=True):
+        differs.append("weights")
+    ours, theirs = a["result"].get("train_losses") or [], b["result"].get("train_losses") or []
+    first = next((i for i, (x, y) in enumerate(zip(ours, theirs, strict=False)) if x != y), min(len(ours), len(theirs)))
+    return {"view": "resume", "differs": differs, "first": first if differs else None,
+            "lengths": [len(ours), len(theirs)]}
+
+
+def _close(a, b, tol: Tolerance) -> bool:
+    if a is None or b is None or len(a) != len(b):
+        return a == b
+    return bool(np.allclose(a, b, rtol=tol.rtol, atol=tol.atol))
+
+
+def _steps(losses) -> str:
+    return "none" if losses is None else f"{len(losses)}"
+
+
+def diagnose_loop(result, expected) -> str | None:
+    view = expected["view"]
+    if not isinstance(result, dict) or result.get("view") != view:
+        return f"could not follow the run ({describe(result)})"
+    if view in ("recipe", "best_weights"):
+        got, want = result["logits"], expected["logits"]
+        if got is None or not torch.allclose(got, want, rtol=LOGITS.rtol, atol=LOGITS.atol):
+            gap = "unreadable weights" if got is None else f"{float((got - want).abs().max()):.3g}"
+            if view == "recipe":
+                return (f"after {RECIPE['total_steps']} steps from the grader's start and seed, the model's "
+                        f"predictions differ from the reference's by up to {gap}: follow the notebook's recipe "
+                        "exactly (seed all three "
+                        "generators; AdamW with betas (0.9, 0.95); each step's lr from lr_at(step, ...); the batch "
+                        "from torch.randint(len(train_ids) - C, (B,)); zero_grad, backward, clip_grad_norm, "
+                        "step, in that order)")
+            return (f"the weights left in the model after early stopping predict differently from the "
+                    f"reference's (by up to {gap}; their held-out loss, measured by the grader: "
+                    f"{_fmt(result['measured'])}; the best "
+                    f"evaluation's: {_fmt(expected['measured'])}): at the end, load the weights of the best evaluation "
+                    "back into the model (a copy taken when it was made: copy.deepcopy(model.state_dict()))")
+        # (against a catalogued variant, whose own report may not fit its weights, only the predictions count)
+        if view == "best_weights" and _consistent(expected) and not _consistent(result):
+            return (f"the held-out loss the grader measures on the weights left in the model "
+                    f"({_fmt(result['measured'])}) is not the one reported for best_step ({_fmt(result['reported'])}): "
+                    "best_step is the 1-based step of the best evaluation, whose weights the model holds at the end")
+        return None
+    if view in ("records", "stopping"):
+        steps, want = result.get("train_losses"), expected["train_losses"]
+        if view == "stopping" and (steps is None or len(steps) != len(want)):
+            return (f"on held-out text that gets worse as the model learns (evaluations every {STOPPING['eval_every']} "
+                    f"steps, patience {STOPPING['patience']}), the run took {_steps(steps)} steps; the reference stops "
+                    f"after {len(want)}: stop after `patience` evaluations in a row without a new best")
+        if not _close(steps, want, LOSSES):
+            return (f"train_losses ({_steps(steps)} values) are not the losses of the steps the reference takes from "
+                    f"the same start ({len(want)} values): record loss.item() of each step's batch")
+        held, want_held = result.get("heldout_losses"), expected["heldout_losses"]
+        if not _close(held, want_held, LOSSES):
+            return (f"heldout_losses are {_rounded(held)}, the reference's {_rounded(want_held)}: evaluate on the "
+                    f"held-out ids after steps eval_every, 2 * eval_every, ... (counting steps from 1)")
+        if result.get("best_step") != expected["best_step"]:
+            return (f"best_step is {result.get('best_step')}, the reference's {expected['best_step']}: the 1-based "
+                    "step of the evaluation with the lowest held-out loss")
+        return None
+    if view == "resume":
+        if result["differs"]:
+            where = (f" (train_losses first differ at step {result['first'] + 1})" if result["first"] is not None
+                     and result["first"] < min(result["lengths"]) else "")
+            return (f"a run stopped after step {STOP_AT} (stop_after, checkpoints every 6 steps) and resumed from its "
+                    f"checkpoint in a model built from another seed differs from the run that never stopped in "
+                    f"{', '.join(result['differs'])}{where}: load the checkpoint first, do not seed again when "
+                    "resuming, and keep the loop's whole state (losses, best loss, best weights, evaluations since "
+                    "the best) in the checkpoint")
+        return None
+    if not result["ran"]:
+        return "could not be judged: the run returned no train_losses"
+    if result["changed"]:
+        return f"train_loop changed its inputs: {', '.join(result['changed'])}"
+    return None
+
+
+def _consistent(best: dict) -> bool:
+    """The held-out loss measured here on the weights left equals the one reported for best_step."""
+    return best["measured"] is not None and best["reported"] is not None and abs(
+        best["measured"] - best["reported"]) <= 1e-4
+
+
+def _fmt(x) -> str:
+    return "unreadable" if x is None else f"{x:.4f}"
+
+
+def _rounded(xs) -> str:
+    return "none" if xs is None else "[" + ", ".join(f"{x:.3f}" for x in xs) + "]"
+
+
+def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    if isinstance(expected, dict) and expected.get("view") in CHECKPOINT_VIEWS:
+        return diagnose_checkpoint(result, expected)
+    return diagnose_loop(result, expected)
+
+
+CHECKPOINT_VIEWS = ("weights", "optimizer", "saving_changes_nothing", "step", "state", "generators", "loads_twice")
+
+
+# ---------------------------------------------------------------- the wrong variants
+
+
+def save_with(no_optimizer=False, reseeds=False):
+    def variant(ref, path, model, optimizer, step, **state):
+        if reseeds:  # seeds "so that the resumed run is reproducible": the states saved are the seeded ones
+            random.seed(step)
+            np.random.seed(step)
+            torch.manual_seed(step)
+        ref.save_checkpoint(path, model, optimizer, step, **state)
+        if no_optimizer:  # the file without AdamW's state: the fresh optimizer keeps its empty one
+            checkpoint = torch.load(path, weights_only=False)
+            checkpoint["optimizer"] = {"state": {}, "param_groups": checkpoint["optimizer"]["param_groups"]}
+            torch.save(checkpoint, path)
+
+    return variant
+
+
+def load_with(rng="all", step_offset=0, whole=False, removes=False):
+    """rng: "all" (right), "none" or "no_torch"."""
+    def variant(ref, path, model, optimizer):
+        saved = random.getstate(), np.random.get_state(), torch.get_rng_state()
+        checkpoint = torch.load(path, weights_only=False)
+        step, state = ref.load_checkpoint(path, model, optimizer)
+        if rng in ("none", "no_torch"):
+            torch.set_rng_state(saved[2])
+        if rng == "none":
+            random.setstate(saved[0])
+            np.random.set_state(saved[1])
+        if removes:
+            import os
+
+            os.remove(path)
+        if whole:
+            return checkpoint["step"], checkpoint
+        return step + step_offset, state
+
+    return variant
+
+
+def loop_with(clip=True, constant_lr=False, eval_from_zero=False, patience_extra=0, restore_best=True,
+              zero_grad_after_backward=False, reseed_on_resume=False, lr_from_one=False, save_before_eval=False,
+              history_saved=True):
+    """The reference's recipe with one rule broken (see the misconceptions)."""
+    def variant(ref, model, train_ids, heldout_ids, config):
+        train_ids = torch.as_tensor(train_ids, dtype=torch.long)
+        C, B = config.context_length, config.batch_size
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.max_lr, betas=(0.9, 0.95),
+                                      weight_decay=config.weight_decay)
+        step, state = 0, {"train_losses": [], "heldout_losses": [], "best_step": 0, "best_loss": math.inf,
+                          "best_weights": None, "evals_since_best": 0}
+        if config.resume_from:
+            step, loaded = ref.load_checkpoint(config.resume_from, model, optimizer)
+            state.update(loaded)
+        if not config.resume_from or reseed_on_resume:
+            random.seed(config.seed)
+            np.random.seed(config.seed)
+            torch.manual_seed(config.seed)
+        model.train()
+        last = config.total_steps if config.stop_after is None else min(config.total_steps, config.stop_after)
+
+        def save():
+            if config.checkpoint_path and config.checkpoint_every and step % config.checkpoint_every == 0:
+                kept = state if history_saved else {k: v for k, v in state.items()
+                                                    if k not in ("train_losses", "heldout_losses")}
+                ref.save_checkpoint(config.checkpoint_path, model, optimizer, step, **kept)
+
+        while step < last and state["evals_since_best"] < config.patience + patience_extra:
+            lr = config.max_lr if constant_lr else ref.lr_at(step + lr_from_one, config.max_lr, config.warmup_steps,
+                                                             config.total_steps, config.min_lr)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            starts = torch.randint(len(train_ids) - C, (B,))
+            x = torch.stack([train_ids[i:i + C] for i in starts.tolist()])
+            y = torch.stack([train_ids[i + 1:i + C + 1] for i in starts.tolist()])
+            loss = ref.cross_entropy(model(x), y)
+            if not zero_grad_after_backward:
+                optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            if clip:
+                ref.clip_grad_norm(model.parameters(), config.grad_clip)
+            if zero_grad_after_backward:
+                optimizer.zero_grad(set_to_none=True)
+            optimizer.step()
+            state["train_losses"].append(loss.item())
+            step += 1
+            if save_before_eval:
+                save()
+            if (step - 1 if eval_from_zero else step) % config.eval_every == 0:
+                heldout = ref.evaluate(model, heldout_ids, B, C)
+                state["heldout_losses"].append(heldout)
+                if heldout < state["best_loss"]:
+                    state.update(best_loss=heldout, best_step=step, evals_since_best=0,
+                                 best_weights=copy.deepcopy(model.state_dict()))
+                else:
+                    state["evals_since_best"] += 1
+            if not save_before_eval:
+                save()
+        if restore_best and state["best_weights"] is not None:
+            model.load_state_dict(state["best_weights"])
+        return {"train_losses": state["train_losses"], "heldout_losses": state["heldout_losses"],
+                "best_step": state["best_step"]}
+
+    return variant
+
+
+MISCONCEPTIONS = (
+    Misconception("checkpoint_no_optimizer", "a checkpoint without the optimizer's state",
+                  "Save optimizer.state_dict() with the weights and load it with optimizer.load_state_dict(...): "
+                  "AdamW's running averages and step count decide the size of the next steps.",
+                  {"save_checkpoint": save_with(no_optimizer=True)}),
+    Misconception("save_reseeds", "a save_checkpoint that seeds the generators instead of reading their states",
+                  "Saving must leave the run as it was: read random.getstate(), np.random.get_state() and "
+                  "torch.get_rng_state() into the checkpoint, and never call a seed function there.",
+                  {"save_checkpoint": save_with(reseeds=True)}),
+    Misconception("checkpoint_no_rng", "generator states that are not saved, or not restored by load_checkpoint",
+                  "Save the states of Python's random, NumPy's and torch's generators, and restore all three in "
+                  "load_checkpoint (random.setstate, np.random.set_state, torch.set_rng_state): they decide the "
+                  "next batches.",
+                  {"load_checkpoint": load_with(rng="none")}),
+    Misconception("checkpoint_no_torch_rng", "torch's generator state left out of the checkpoint (or not restored)",
+                  "The batches come from torch.randint, so torch's generator matters most: save "
+                  "torch.get_rng_state() and restore it with torch.set_rng_state(...) (and every CUDA device's "
+                  "when there is one).",
+                  {"load_checkpoint": load_with(rng="no_torch")}),
+    Misconception("checkpoint_step_plus_one", "a step one past the one saved",
+                  "Return the step exactly as it was given to save_checkpoint: the loop already counts it as done.",
+                  {"load_checkpoint": load_with(step_offset=1)}),
+    Misconception("load_returns_whole_checkpoint", "the whole checkpoint returned as `state`",
+                  "Return (step, state) with state the dict of keyword arguments save_checkpoint was given "
+                  "(**state), not the checkpoint with the weights and everything else in it.",
+                  {"load_checkpoint": load_with(whole=True)}),
+    Misconception("load_removes_checkpoint", "a load_checkpoint that deletes the file it read",
+                  "Leave the checkpoint where it is: a run may need to resume from it again.",
+                  {"load_checkpoint": load_with(removes=True)}),
+    Misconception("train_no_clipping", "no gradient clipping before the optimizer step",
+                  "Call clip_grad_norm(model.parameters(), config.grad_clip) after loss.backward() and before "
+                  "optimizer.step(), every step.",
+                  {"train_loop": loop_with(clip=False)}),
+    Misconception("train_constant_lr", "a constant learning rate (lr_at never applied)",
+                  "Each step, before optimizer.step(), set every parameter group's lr: for group in "
+                  "optimizer.param_groups: group['lr'] = lr_at(step, ...).",
+                  {"train_loop": loop_with(constant_lr=True)}),
+    Misconception("train_lr_from_one", "the schedule read at step + 1 (steps counted from 1)",
+                  "lr_at takes the 0-based step: the first step uses lr_at(0, ...).",
+                  {"train_loop": loop_with(lr_from_one=True)}),
+    Misconception("train_zero_grad_before_step", "zero_grad between backward and step: the step sees no gradient",
+                  "optimizer.zero_grad(), loss.backward(), clip_grad_norm(...), optimizer.step(), in that order.",
+                  {"train_loop": loop_with(zero_grad_after_backward=True)}),
+    Misconception("train_eval_counted_from_zero", "evaluations counted from step 0 (off by one)",
+                  "Evaluate after steps eval_every, 2 * eval_every, ... counting steps from 1: after the step "
+                  "counter is incremented, evaluate when step % eval_every == 0.",
+                  {"train_loop": loop_with(eval_from_zero=True)}),
+    Misconception("train_patience_off_by_one", "one evaluation too many before stopping (patience off by one)",
+                  "Stop as soon as `patience` evaluations in a row brought no new best: with patience 2, a best then "
+                  "two worse evaluations ends the run.",
+                  {"train_loop": loop_with(patience_extra=1)}),
+    Misconception("train_best_not_restored", "the last weights kept instead of the best evaluation's",
+                  "Keep a copy of the weights at each new best (copy.deepcopy(model.state_dict())) and load it back "
+                  "into the model before returning.",
+                  {"train_loop": loop_with(restore_best=False)}),
+    Misconception("train_resume_reseeds", "a resumed run that seeds the generators again (its data order restarts)",
+                  "Seed only when starting from scratch: with config.resume_from, the generators' states come from "
+                  "the checkpoint, and seeding afterwards throws them away.",
+                  {"train_loop": loop_with(reseed_on_resume=True)}),
+    Misconception("train_checkpoint_before_eval", "a checkpoint saved before that step's evaluation",
+                  "Save after evaluating: a checkpoint written at step 12 before the evaluation at step 12 misses "
+                  "it, and the resumed run never makes it.",
+                  {"train_loop": loop_with(save_before_eval=True)}),
+    Misconception("train_resume_loses_history", "a checkpoint without the loop's loss history",
+                  "Save everything the loop keeps in **state (train_losses, heldout_losses, the best loss, step and "
+                  "weights, the evaluations since the best), and take it back from load_checkpoint.",
+                  {"train_loop": loop_with(history_saved=False)}),
+)
+
+
+# ---------------------------------------------------------------- the graded parts
+
+
+def _no_inputs(rng) -> Inputs:
+    return Inputs(())
+
+
+def probe_check(name, what, points, probe, **kwargs) -> Check:
+    return Check(name, what, points, _no_inputs, probe=probe, **kwargs)
+
+
+SAVE_CHECKS = (
+    probe_check("weights", "saved, then loaded into a fresh model built from another seed: the weights come back", 1,
+                checkpoint_probe("weights")),
+    probe_check("optimizer", "loaded into a fresh AdamW: the next optimizer step is the reference's (AdamW's state "
+                "was saved)", 1.5, checkpoint_probe("optimizer")),
+    probe_check("inputs_unchanged", "saving leaves the model and the three generators as they were", 0.5,
+                checkpoint_probe("saving_changes_nothing")),
+)
+
+LOAD_CHECKS = (
+    probe_check("step", f"returns the step saved ({STEP})", 0.75, checkpoint_probe("step")),
+    probe_check("state", f"returns the state saved ({STATE})", 0.75, checkpoint_probe("state")),
+    probe_check("generators", "Python's, NumPy's and torch's generators, moved after saving, draw again what they "
+                "drew right after saving", 2, checkpoint_probe("generators")),
+    probe_check("inputs_unchanged", "a second load of the same checkpoint gives the same again (the file is left "
+                "as it was)", 0.5, checkpoint_probe("loads_twice")),
+)
+
+LOOP_CHECKS = (
+    probe_check("recipe", f"{RECIPE['total_steps']} steps from the grader's start and seed (warm-up, cosine, "
+                "clipping at 0.5): the weights are the reference's", 2, loop_probe("recipe")),
+    probe_check("records", "that run's train_losses, heldout_losses (after steps 6, 12, 18, 24) and best_step", 1,
+                loop_probe("records")),
+    probe_check("early_stopping", "held-out text that gets worse as the model learns, evaluations every 3 steps, "
+                "patience 2: the run stops where the reference's does", 1.5, loop_probe("stopping")),
+    probe_check("best_weights", "after early stopping, the model holds the best evaluation's weights", 1.5,
+                loop_probe("best_weights")),
+    probe_check("resume", f"stopped after step {STOP_AT} and resumed from its checkpoint in a model built from "
+                "another seed: the same losses, best step and weights, to the bit, as the run that never stopped",
+                1.5, loop_probe("resume")),
+    probe_check("inputs_unchanged", "train_ids, heldout_ids and the config are left as they were", 0.5,
+                loop_probe("inputs_unchanged")),
+)
+
+PARTS = (
+    Part("save_checkpoint", checks=SAVE_CHECKS, diagnose=diagnose, seconds=10.0),
+    Part("load_checkpoint", checks=LOAD_CHECKS, diagnose=diagnose, seconds=10.0),
+    # lr_at is the reference's (called back: a number each step), so that a mistake there costs points
+    # once. clip_grad_norm, cross_entropy and evaluate stay the student's: they take the parameters or
+    # the model, or keep the autograd graph, none of which can cross to the grader (and torch's own
+    # clip_grad_norm_ rounds differently from the reference's, by more than the weights' tolerance).
+    Part("train_loop", checks=LOOP_CHECKS, diagnose=diagnose, uses=("lr_at",),
+         seconds=20.0),
+)

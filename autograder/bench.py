@@ -8,6 +8,9 @@
                        core, twice, and by `course.py autograde --workers 4`: all full marks?
     bench feedback [--students N] [--limit L] [--workers W]   the feedback service on localhost: each
                        student sends two checks of unit 01 at once; checks per minute, time to the first answer
+    bench tokenizer [--mb M] [--vocab V]   unit 08's reference BPE (pure Python) beside Hugging Face
+                       `tokenizers` on the same slice of the corpus: MB/s to learn merges and to encode;
+                       then checks that both learn the same merges where their rules agree
 
 Figures are measured side by side in one run, on the GPU when there is one (else the CPU).
 """
@@ -332,8 +335,163 @@ def bench_feedback(students: int = 25, limit: int = 10, workers: int | None = No
     return load_test(students=students, limit=limit, workers=workers, log=log)
 
 
+class MergesDiffer(AssertionError):
+    pass
+
+
+def gpt2_byte_alphabet() -> dict[str, int]:
+    """Hugging Face's (and GPT-2's) byte-level tokens spell each byte as one printable character:
+    the printable Latin-1 bytes as themselves, the other 68 as chr(256 + k) in byte order. The
+    inverse map, character -> byte, turns their tokens back into byte strings."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    chars = {b: chr(b) for b in printable}
+    for k, b in enumerate(b for b in range(256) if b not in chars):
+        chars[b] = chr(256 + k)
+    return {c: b for b, c in chars.items()}
+
+
+def hf_bpe(text: str | list[str], vocab_size: int):
+    """Hugging Face's byte-level BPE trained on `text` (or on a list of texts): GPT-2's pattern (`use_regex=True`), no
+    space added in front, all 256 bytes in the alphabet and pairs seen once never merged, as
+    the course's contract has it. Returns (tokenizer, merges as (bytes, bytes) pairs)."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, show_progress=False, special_tokens=[],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator([text] if isinstance(text, str) else text, trainer)
+    to_byte = gpt2_byte_alphabet()
+    merges = []
+    for merge in json.loads(tokenizer.to_str())["model"]["merges"]:
+        a, b = merge.split(" ") if isinstance(merge, str) else merge  # older releases: "a b"
+        merges.append((bytes(to_byte[c] for c in a), bytes(to_byte[c] for c in b)))
+    return tokenizer, merges
+
+
+def merges_as_bytes(merges) -> list[tuple[bytes, bytes]]:
+    table = [bytes([i]) for i in range(256)]
+    pairs = []
+    for a, b in merges:
+        pairs.append((table[a], table[b]))
+        table.append(table[a] + table[b])
+    return pairs
+
+
+def first_tie(text: str, merges, pretokenize) -> int:
+    """Replays `merges` on `text`'s chunks and returns the index of the first merge made when
+    two or more pairs shared the highest count (len(merges) when none was). Up to there any
+    two correct BPE trainers agree, whatever their tie rule."""
+    from collections import Counter
+    from itertools import pairwise
+
+    words = Counter(tuple(chunk.encode("utf-8")) for chunk in pretokenize(text))
+    for index, (a, b) in enumerate(merges):
+        counts = Counter()
+        for word, count in words.items():
+            for pair in pairwise(word):
+                counts[pair] += count
+        top = max(counts.values())
+        if sum(count == top for count in counts.values()) > 1:
+            return index
+        new_id, merged = 256 + index, Counter()
+        for word, count in words.items():
+            out, i = [], 0
+            while i < len(word):
+                if i + 1 < len(word) and (word[i], word[i + 1]) == (a, b):
+                    out.append(new_id)
+                    i += 2
+                else:
+                    out.append(word[i])
+                    i += 1
+            merged[tuple(out)] += count
+        words = merged
+    return len(merges)
+
+
+def compare_merges(text: str, vocab_size: int, train_bpe=None, minimum: int = 20) -> dict:
+    """The reference's merges beside Hugging Face's on `text`, up to the first merge chosen
+    among tied counts (the two break ties differently: the course takes the greatest pair of
+    byte strings, Hugging Face its own order). Raises MergesDiffer if they differ before the
+    first tie, or if a tie comes before `minimum` merges (the text proves too little)."""
+    ref = load_reference("08_training")
+    merges = (train_bpe or ref.train_bpe)(text, vocab_size)
+    ours = merges_as_bytes(merges)
+    _, theirs = hf_bpe(text, vocab_size)
+    agreed_until = first_tie(text, merges, ref.pretokenize)
+    if agreed_until < minimum:
+        raise MergesDiffer(f"the comparison text has tied counts at merge {agreed_until}, before {minimum}: "
+                           "it cannot show the two tokenizers agree; use a longer text")
+    for index in range(agreed_until):
+        if index >= len(theirs) or ours[index] != theirs[index]:
+            got = theirs[index] if index < len(theirs) else "nothing"
+            raise MergesDiffer(f"merge {index} differs before any tie: the course's reference learns "
+                               f"{ours[index]!r}, Hugging Face {got!r}")
+    same_after = sum(1 for x, y in zip(ours, theirs, strict=False) if x == y)
+    return {"merges": len(ours), "hf_merges": len(theirs), "untied": agreed_until, "identical_positions": same_after}
+
+
+def bench_tokenizer(megabytes: float = 2.0, vocab_size: int = 4096, compare_chars: int = 20_000,
+                    compare_vocab: int = 512, log=print) -> dict:
+    """Throughput on the same text, the first training files of the standard library up to
+    `megabytes`: the reference gets them joined as `coursekit.corpus.stdlib_split` joins them,
+    Hugging Face gets the files as a list, as it is used (its trainer and `encode_batch` spread
+    the files over the cores; its `encode` of the one joined string is timed too). Then
+    `compare_merges` on the first `compare_chars` characters."""
+    import os
+
+    import tokenizers
+
+    from coursekit.corpus import is_held_out, stdlib_files
+
+    ref = load_reference("08_training")
+    files, size = [], 0
+    for name, text in stdlib_files():
+        if not is_held_out(name) and size < megabytes * 1e6:
+            files.append(text)
+            size += len(text.encode("utf-8"))
+    joined = "\n\n".join(files)
+    size = len(joined.encode("utf-8")) / 1e6
+    log(f"{size:.2f} MB ({len(files)} training files of the standard library), vocabulary {vocab_size}: the "
+        f"course's reference (pure Python, one core) against Hugging Face tokenizers {tokenizers.__version__} "
+        f"(Rust, on up to {os.cpu_count()} cores)")
+    seconds, results = {}, {}
+
+    def timed(label, fn, *args):
+        started = time.perf_counter()
+        results[label] = fn(*args)
+        seconds[label] = time.perf_counter() - started
+        return results[label]
+
+    merges = timed("ref train", ref.train_bpe, joined, vocab_size)
+    tokenizer, hf_merges = timed("hf train", hf_bpe, files, vocab_size)
+    ids = timed("ref encode", ref.encode, joined, merges)
+    batch = timed("hf encode_batch", tokenizer.encode_batch, files)
+    single = timed("hf encode", tokenizer.encode, joined)
+    log(f"{'MB/s':>22} {'reference':>10} {'tokenizers':>11} {'ratio':>7}")
+    for what, theirs in (("train merges", "hf train"), ("encode (files)", "hf encode_batch"),
+                         ("encode (one string)", "hf encode")):
+        ours = "ref train" if what.startswith("train") else "ref encode"
+        log(f"{what:>22} {size / seconds[ours]:>10.2f} {size / seconds[theirs]:>11.2f} "
+            f"{seconds[ours] / seconds[theirs]:>6.1f}x")
+    hf_tokens = sum(len(encoding.ids) for encoding in batch)
+    log(f"merges learned: {len(merges)} and {len(hf_merges)}; tokens: {len(ids):,} and {hf_tokens:,} "
+        f"({size * 1e6 / len(ids):.2f} and {size * 1e6 / hf_tokens:.2f} bytes a token; one joined string: "
+        f"{len(single.ids):,} Hugging Face tokens)")
+    log(f"(wall-clock times; the load average was {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: a busy "
+        f"machine slows both, and the multi-threaded one more)")
+    small = joined[:compare_chars]
+    result = compare_merges(small, compare_vocab)
+    log(f"same merges: on {len(small.encode('utf-8')) / 1e3:.0f} KB, the first {result['untied']} merges (every "
+        f"one learned before two pairs first tied for the highest count) are identical in both; after that the "
+        f"tie rules differ (the course takes the greatest pair of byte strings) and {result['identical_positions']}"
+        f" of {result['merges']} positions agree")
+    return {"megabytes": size, "seconds": seconds, "tokens": (len(ids), hf_tokens), "compare": result}
+
+
 BENCHES = {"generation": bench_generation, "attention": bench_attention, "grading": bench_grading,
-           "load": bench_load, "feedback": bench_feedback}
+           "load": bench_load, "feedback": bench_feedback, "tokenizer": bench_tokenizer}
 
 
 def main(argv: list[str]) -> int:
@@ -372,6 +530,19 @@ def main(argv: list[str]) -> int:
         parser.add_argument("--workers", type=int, default=None, help="grading workers (default: the cores)")
         args = parser.parse_args(argv[1:])
         return 1 if bench_feedback(args.students, args.limit, args.workers)["problems"] else 0
+    if argv[0] == "tokenizer":
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="python3 course.py bench tokenizer")
+        parser.add_argument("--mb", type=float, default=2.0, help="megabytes of the corpus to time on")
+        parser.add_argument("--vocab", type=int, default=4096)
+        args = parser.parse_args(argv[1:])
+        try:
+            bench_tokenizer(args.mb, args.vocab)
+        except MergesDiffer as err:
+            print(f"FAILED: the two tokenizers do not learn the same merges: {err}")
+            return 1
+        return 0
     BENCHES[argv[0]]()
     return 0
 

@@ -591,7 +591,8 @@ def unchanged_probe(api, inputs: Inputs):
     if not same:
         return facet(False, "weights", "the model's weights changed during evaluate: evaluation only measures")
     left = isinstance(grads, dict) and any(isinstance(g, torch.Tensor) for g in grads.values())
-    return facet(not left, "grads", "evaluate left gradients in the model's parameters: no backward() here")
+    return facet(not left, "grads", "evaluate left gradients in the model's parameters: evaluation calls no "
+                 "backward(), and gradients left there are added to the next training step's")
 
 
 def diagnose_eval(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
@@ -614,7 +615,7 @@ def diagnose_eval(result, expected, inputs: Inputs, tol: Tolerance) -> str | Non
 
 
 def eval_with(train_mode=False, grad=False, stride=None, unweighted=False, restore="right", last=True,
-              count_windows=False):
+              count_windows=False, backward=False):
     """restore: "right", "never" (left in eval mode) or "always_train"; last=False drops the last
     window (range(0, len(data) - C - 1, C)); count_windows: len(data) // C windows, the last one
     without its target when C divides len(data)."""
@@ -630,12 +631,15 @@ def eval_with(train_mode=False, grad=False, stride=None, unweighted=False, resto
         if not train_mode:
             model.eval()
         total, count, means = 0.0, 0, []
-        with torch.set_grad_enabled(grad):
+        with torch.set_grad_enabled(grad or backward):
             for first in range(0, len(starts), batch_size):
                 batch = starts[first:first + batch_size]
                 x = torch.stack([data[i:i + C] for i in batch])
                 y = torch.stack([data[i + 1:i + C + 1] for i in batch])
-                loss = reference.cross_entropy(model(x), y).item()
+                loss = reference.cross_entropy(model(x), y)
+                if backward and loss.requires_grad:
+                    loss.backward()
+                loss = loss.item()
                 total, count = total + loss * y.numel(), count + y.numel()
                 means.append(loss)
         if restore == "right":
@@ -724,6 +728,10 @@ MISCONCEPTIONS = (
                   "Wrap the forward passes in `with torch.no_grad():` (or torch.inference_mode()): the graph costs "
                   "memory and time, and nothing is trained.",
                   {"evaluate": eval_with(grad=True)}),
+    Misconception("eval_calls_backward", "an evaluation that calls loss.backward(), as a training step does",
+                  "Evaluation only measures: no backward() and no optimizer, and the forward passes under "
+                  "torch.no_grad(). Gradients left in the parameters would be added to the next training step's.",
+                  {"evaluate": eval_with(backward=True)}),
     Misconception("eval_overlapping_windows", "windows that overlap (starting at every position, stride 1)",
                   "The windows start at 0, C, 2C, ...: range(0, len(data) - C, C).",
                   {"evaluate": eval_with(stride=1)}),

@@ -47,8 +47,7 @@ def test_course_train_steps_runs_the_recipe_and_ends_with_the_usual_line(tiny_co
     assert len(records) == 1 and list((tiny_course_train / "runs").glob("train-*.png"))
     record = json.loads(records[0].read_text())
     assert len(record["losses"]) == 3 and record["vocab_size"] == 300
-    assert record["held_out"] == [[1, pytest.approx(record["held_out"][0][1])], [2, record["held_out"][1][1]],
-                                  [3, record["held_out"][2][1]]]  # evaluations after steps 1, 2, 3
+    assert [step for step, _ in record["held_out"]] == [1, 2, 3]  # three evaluations in three steps
     assert record["held_out_nats_per_byte"] == pytest.approx(record["held_out_loss"] / record["held_bytes_per_token"],
                                                              abs=1e-3)
     assert 0 < record["token_unigram"] and any(line.startswith("bars on the same held-out bytes") for line in first)

@@ -104,7 +104,8 @@ def ce_grad_probe(api, inputs: Inputs):
     logits, targets = inputs.args
     logits = logits.detach().clone().requires_grad_(True)
     loss, grads = api.call("cross_entropy", logits, targets, backward=torch.tensor(1.0))
-    return {"loss": loss.detach() if isinstance(loss, torch.Tensor) else loss, "grad": grads[0]}
+    grad = grads[0] if isinstance(grads, list | tuple) and grads else None
+    return {"loss": loss.detach() if isinstance(loss, torch.Tensor) else loss, "grad": grad}
 
 
 def ce_grad_oracle(inputs: Inputs):
@@ -268,15 +269,28 @@ def clip_probe(api, inputs: Inputs):
         api.method(api.method(model, "get_submodule", kw["frozen"], keep=True), "requires_grad_", False, keep=True)
     upstream = kw["upstream"].double() if kw["dtype"] == "float64" else kw["upstream"]
     api.forward(model, kw["ids"], backward=upstream)
-    # copies: trusted code hands back the .grad tensors themselves, which the call then scales
-    before = {name: g.detach().clone() if isinstance(g, torch.Tensor) else g
-              for name, g in (api.grads(model) or {}).items()}
+    before = grad_dict(api.grads(model))
+    if before is None:
+        return facet(False, "unreadable", "the grader could not read the model's gradients")
     total = global_norm(before)
     max_norm = kw["ratio"] * total
     returned = api.call("clip_grad_norm", api.method(model, "parameters", keep=True), max_norm)
-    after = api.grads(model)
+    after = grad_dict(api.grads(model))
     weights = api.method(model, "state_dict")
+    if after is None:
+        return facet(False, "unreadable", "the grader could not read the model's gradients after the call")
     return clip_facet(kw["facet"], before, after, returned, max_norm, kw["state"], weights)
+
+
+def grad_dict(grads) -> dict | None:
+    """{name: a copy of its gradient, or None} as read from the model (copies: trusted code hands back
+    the .grad tensors themselves, which the call then scales); None when it is not that (data that
+    came from the worker is only believed once checked)."""
+    if not isinstance(grads, dict) or not all(
+            isinstance(k, str) and (g is None or (isinstance(g, torch.Tensor) and g.is_floating_point()))
+            for k, g in grads.items()):
+        return None
+    return {name: g.detach().clone() if g is not None else None for name, g in grads.items()}
 
 
 def global_norm(grads: dict) -> float:
@@ -299,6 +313,13 @@ def _scaled_like(before: dict, after: dict, factors: dict) -> bool:
     return True
 
 
+def same_weights(weights, state: dict) -> bool:
+    """Whether a state dict read from the model holds exactly the weights loaded into it."""
+    return isinstance(weights, dict) and set(weights) == set(state) and all(
+        isinstance(weights[k], torch.Tensor) and weights[k].shape == v.shape and weights[k].is_floating_point()
+        and torch.equal(weights[k].double(), v.double()) for k, v in state.items())
+
+
 def clip_facet(which, before, after, returned, max_norm, state, weights) -> dict:
     """One facet of a clip_grad_norm call: "grads" (how the gradients changed), "norm" (what it
     returned) or "weights" (the parameters themselves left alone)."""
@@ -307,8 +328,7 @@ def clip_facet(which, before, after, returned, max_norm, state, weights) -> dict
     total = global_norm(before)
     scale = min(1.0, max_norm / (total + 1e-6))
     if which == "weights":
-        same = isinstance(weights, dict) and set(weights) == set(state) and all(
-            isinstance(weights[k], torch.Tensor) and torch.equal(weights[k].double(), state[k].double()) for k in state)
+        same = same_weights(weights, state)
         return facet(same, "weights", "the model's weights changed: clipping scales the gradients (p.grad), never the "
                      "parameters themselves (p or p.data)")
     if which == "norm":
@@ -586,9 +606,7 @@ def unchanged_probe(api, inputs: Inputs):
     if loss is None or not abs(loss - want) < 0.5:  # about the right loss: the model was run
         return facet(False, "no_loss", f"evaluate returned {describe(value) if loss is None else f'{loss:.4g}'}, "
                      f"far from the model's loss on those windows, {want:.4g}: is the model run on the windows?")
-    same = isinstance(weights, dict) and set(weights) == set(kw["state"]) and all(
-        isinstance(weights[k], torch.Tensor) and torch.equal(weights[k], v) for k, v in kw["state"].items())
-    if not same:
+    if not same_weights(weights, kw["state"]):
         return facet(False, "weights", "the model's weights changed during evaluate: evaluation only measures")
     left = isinstance(grads, dict) and any(isinstance(g, torch.Tensor) for g in grads.values())
     return facet(not left, "grads", "evaluate left gradients in the model's parameters: evaluation calls no "

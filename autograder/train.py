@@ -21,8 +21,10 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import itertools
 import json
 import math
+import statistics
 import sys
 import time
 from dataclasses import dataclass, field
@@ -202,10 +204,23 @@ def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None =
         ref.train_loop(trained, train_ids, held_ids, dataclasses.replace(probe, total_steps=2))
         ref.evaluate(trained, held_ids, B, C)
         sync(device)
+        # The median of the steps, each timed from one forward pass to the next (train_loop waits
+        # for every step's loss): a shared machine's passing spike should not size the whole run.
+        marks = []
+
+        def mark(module, inputs, output):  # returns None: a forward hook's value would replace the output
+            if module.training:
+                marks.append(time.perf_counter())
+
+        timer = trained.register_forward_hook(mark)
         clock = time.perf_counter()
-        ref.train_loop(trained, train_ids, held_ids, probe)
-        sync(device)
-        step_seconds = (time.perf_counter() - clock) / recipe.timing_steps
+        try:
+            ref.train_loop(trained, train_ids, held_ids, probe)
+            sync(device)
+        finally:
+            timer.remove()
+        gaps = [later - earlier for earlier, later in itertools.pairwise(marks)]
+        step_seconds = statistics.median(gaps) if gaps else (time.perf_counter() - clock) / recipe.timing_steps
         clock = time.perf_counter()
         ref.evaluate(trained, held_ids, B, C)
         sync(device)

@@ -221,9 +221,10 @@ def lr_with(warmup="right", denominator="right", floor=True, after="min"):
         if step < warmup_steps:
             return {"right": max_lr * (step + 1) / warmup_steps, "from_zero": max_lr * step / warmup_steps,
                     "plus_one": max_lr * (step + 1) / (warmup_steps + 1)}[warmup]
-        if step >= total_steps - 1 and after == "min" and denominator == "right":
-            return min_lr
-        if step > total_steps - 1 and after == "min":
+        # min_lr from the last step on; a decay over total_steps - warmup_steps steps (nanoGPT's) switches to it
+        # only after the last step
+        last = total_steps - 1 if denominator == "right" else total_steps
+        if step >= last and after == "min":
             return min_lr
         span = total_steps - 1 - warmup_steps if denominator == "right" else total_steps - warmup_steps
         progress = (step - warmup_steps) / max(1, span)
@@ -852,5 +853,7 @@ PARTS = (
     Part("clip_grad_norm", checks=CLIP_CHECKS, diagnose=lambda r, e, i, t: diagnose_facet(r, e, "the clipping"),
          forbid=CLIP_FORBID),
     # evaluate calls the contract's cross_entropy: the reference's while evaluate is graded
-    Part("evaluate", checks=EVAL_CHECKS, diagnose=diagnose_eval, uses=("cross_entropy",)),
+    # CPU seconds for one call: an evaluation over overlapping windows (stride 1) of the no_gradients check's
+    # model runs 8 forward passes of it, about 2 s
+    Part("evaluate", checks=EVAL_CHECKS, diagnose=diagnose_eval, uses=("cross_entropy",), seconds=10.0),
 )

@@ -282,7 +282,10 @@ def round_trip(api, inputs: Inputs) -> dict:
         fresh = ops.model(12)  # a new process: another model, a new optimizer, generators elsewhere
         fresh_optimizer = ops.adamw(fresh, model)
         ops.seed(gens, 30)
-        returned = ops.call("load_checkpoint", path, fresh, fresh_optimizer)
+        try:
+            returned = ops.call("load_checkpoint", path, fresh, fresh_optimizer)
+        except Exception as err:  # noqa: BLE001 - load_checkpoint's own checks report it; save's say so
+            return {"saved": saved, "drawn": drawn, "load_failed": err}
         loaded = ops.weights(fresh)
         redrawn = ops.draws(gens)
         ops.train_step(fresh, fresh_optimizer, 3)
@@ -306,17 +309,30 @@ _REFERENCE_ROUND_TRIP: dict = {}
 
 def checkpoint_probe(view: str):
     def probe(api, inputs: Inputs):
-        if not api.trusted:
-            run = once(api, "checkpoint", lambda: round_trip(api, inputs))
-        elif _is_reference(api.namespace):  # the same every time: kept
-            if "run" not in _REFERENCE_ROUND_TRIP:
-                _REFERENCE_ROUND_TRIP["run"] = round_trip(api, inputs)
-            run = _REFERENCE_ROUND_TRIP["run"]
-        else:  # a catalogued variant of one of the two functions: its own run
-            run = round_trip(api, inputs)
+        run = _round_trip_of(api, inputs)
+        if "load_failed" in run and view != "saving_changes_nothing":
+            if view != "optimizer":
+                raise run["load_failed"]  # load_checkpoint's own failure, reported as such
+            return {"view": view, "load_failed": _failure_text(run["load_failed"])}
         return checkpoint_view(view, run)
 
     return probe
+
+
+def _failure_text(err) -> str:
+    outcome = getattr(err, "outcome", None)
+    return str(outcome.error if outcome is not None else f"{type(err).__name__}: {err}")
+
+
+def _round_trip_of(api, inputs: Inputs) -> dict:
+    """One round trip per submission (its checks share it), one for the reference."""
+    if not api.trusted:
+        return once(api, "checkpoint", lambda: round_trip(api, inputs))
+    if _is_reference(api.namespace):  # the same every time: kept
+        if "run" not in _REFERENCE_ROUND_TRIP:
+            _REFERENCE_ROUND_TRIP["run"] = round_trip(api, inputs)
+        return _REFERENCE_ROUND_TRIP["run"]
+    return round_trip(api, inputs)  # a catalogued variant of one of the two functions: its own run
 
 
 def _is_reference(namespace: dict) -> bool:
@@ -405,6 +421,9 @@ def diagnose_checkpoint(result, expected) -> str | None:
                     "model.load_state_dict(...)")
         return None
     if view == "optimizer":
+        if "load_failed" in result:
+            return (f"could not be judged: a checkpoint is read back by your load_checkpoint, which raised "
+                    f"{result['load_failed']}")
         if not _same_weights(result["stepped"], expected["stepped"]):
             return (f"after loading into a fresh model and a fresh AdamW, the next optimizer step differs from the "
                     f"reference's by up to {_largest_difference(result['stepped'], expected['stepped']):.3g}: "
@@ -544,7 +563,10 @@ def loop_probe(view: str):
                     "measured": heldout_loss(run["weights"], "unlike"),
                     "reported": reported_best(run["result"], STOPPING["eval_every"])}
         # the straight run's inputs, and the resumed run's (its config names a checkpoint)
-        resumed = once(api, "resumed", lambda: run_resumed(api))["second"]
+        try:
+            resumed = once(api, "resumed", lambda: run_resumed(api))["second"]
+        except Exception:  # noqa: BLE001 - a resume that fails costs the resume check, not this one
+            resumed = {}
         ran = run["result"].get("train_losses")
         changed = run.get("inputs_changed", []) + [f"{name} (resuming)" for name in resumed.get("inputs_changed", [])
                                                    if name not in run.get("inputs_changed", [])]

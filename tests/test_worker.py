@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import struct
 import subprocess
 import sys
@@ -288,6 +289,25 @@ def test_a_forbidden_shortcut_raises_even_when_the_call_imports_its_library():
         assert "off limits" in outcome.error, outcome
         outcome = student.call("at_call_time", 3)
         assert outcome.error is None and outcome.value == pytest.approx(6.0), outcome
+
+
+TENSOR_METHOD_USER = """
+import torch
+
+def log_softmax_method(n):
+    return float(torch.zeros(n).log_softmax(-1).sum())
+"""
+
+
+def test_a_forbidden_method_of_a_class_raises_and_comes_back():
+    """`torch.Tensor.log_softmax` names a method, not a module's function: it is refused on the
+    class while the call runs, and works again afterwards."""
+    rule = ("torch.Tensor.log_softmax",)
+    with worker(TENSOR_METHOD_USER) as student:
+        outcome = student.call("log_softmax_method", 4, forbid=rule)
+        assert outcome.value is None and "torch.Tensor.log_softmax is off limits" in outcome.error, outcome
+        outcome = student.call("log_softmax_method", 4)
+        assert outcome.error is None and outcome.value == pytest.approx(4 * -math.log(4)), outcome
 
 
 # ---------------------------------------------------------------- a busy machine costs no correct answer

@@ -464,8 +464,13 @@ def forbid(names) -> list:
         try:
             module = importlib.import_module(module_name)
         except ImportError:
-            continue
-        _refuse(module, attr, undo)
+            # A method of a class ("torch.Tensor.log_softmax"): refuse it on the class.
+            owner, _, cls = module_name.rpartition(".")
+            try:
+                module = getattr(importlib.import_module(owner), cls)
+            except (ImportError, AttributeError, ValueError):
+                continue
+        _refuse(module, attr, undo, name=str(dotted))
     if later:
         finder = _RefuseOnImport(later, undo)
         sys.meta_path.insert(0, finder)
@@ -473,18 +478,19 @@ def forbid(names) -> list:
     return undo
 
 
-def _refuse(module, attr: str, undo: list) -> None:
+def _refuse(module, attr: str, undo: list, name: str | None = None) -> None:
     try:
         original = getattr(module, attr)
     except AttributeError:
         return
-    name = f"{module.__name__}.{attr}"
+    name = name or f"{module.__name__}.{attr}"
 
     def refuse(*args, **kwargs):
         raise ForbiddenShortcut(f"{name} is off limits in this part of the exercise: do its work yourself")
 
+    own = attr in vars(module)  # a class's inherited method is undone by deleting the stand-in
     setattr(module, attr, refuse)
-    undo.append(lambda: setattr(module, attr, original))
+    undo.append(lambda: setattr(module, attr, original) if own else delattr(module, attr))
 
 
 class _RefuseOnImport:

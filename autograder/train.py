@@ -53,7 +53,8 @@ class Recipe:
     warmup_steps: int = 20  # at most a tenth of the run
     evaluations: int = 8  # held-out evaluations during the run
     patience: int = 3
-    heldout_tokens: int | None = None  # evaluate on the held-out text's first tokens only (None: all of it)
+    heldout_tokens: int | None = None  # evaluate on a sample of this many held-out tokens (None: all of them)
+    heldout_pieces: int = 16  # the sample's stretches, spread over the held-out text
     timing_steps: int = 4  # steps timed before the run to size the schedule
     sample_tokens: int = 120
 
@@ -164,11 +165,20 @@ def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None =
     # The held-out windows evaluate() scores: 0, C, 2C, ... while a whole one fits; on a GPU a
     # whole number of batches, so a compiled model never sees a second batch shape.
     windows = (len(held_all) - 1) // C
-    if recipe.heldout_tokens is not None:
-        windows = min(windows, (recipe.heldout_tokens - 1) // C)
+    if recipe.heldout_tokens is not None and recipe.heldout_tokens <= windows * C:
+        # A sample: `heldout_pieces` stretches of whole windows spread evenly over the held-out
+        # files, joined (the first file alone would be one module's style). The model and the
+        # baselines below score the same joined text, so they stay comparable.
+        per_piece = max(1, (recipe.heldout_tokens - 1) // C // recipe.heldout_pieces) * C
+        firsts = np.linspace(0, len(held_all) - per_piece - 1, recipe.heldout_pieces).astype(int)
+        pieces = [held_all[first:first + per_piece] for first in firsts]
+        sample_ids = np.concatenate(pieces + [held_all[firsts[-1] + per_piece:][:1]])  # + the last target
+        windows = (len(sample_ids) - 1) // C
+    else:
+        sample_ids = held_all
     if device.type == "cuda" and windows >= B:
         windows -= windows % B
-    held_ids = torch.from_numpy(held_all[:windows * C + 1]).long()
+    held_ids = torch.from_numpy(sample_ids[:windows * C + 1]).long()
     held_bytes = b"".join(table[i] for i in held_ids.tolist())
     scored_from = len(table[int(held_ids[0])])  # the targets start at the second token
     held_scored_bytes = len(held_bytes) - scored_from
@@ -186,7 +196,7 @@ def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None =
     trained = torch.compile(model) if compile_model else model
     log(f"corpus: the standard library's files, {len(train_bytes) / 1e6:.1f} MB for training "
         f"({len(train_ids):,} tokens), held out by file: {held_scored_bytes / 1e3:,.0f} KB evaluated "
-        f"({windows * C:,} tokens{'' if recipe.heldout_tokens is None else ', a slice'}); vocabulary "
+        f"({windows * C:,} tokens{'' if sample_ids is held_all else ', a sample'}); vocabulary "
         f"{config.vocab_size}; tokenizing took {tokenizing:.1f} s")
     log(f"model: a GPT of {n_params / 1e6:.2f}M parameters (d_model {config.d_model}, {config.n_layers} layers, "
         f"context {C}), {len(train_ids) / n_params:.1f} training tokens per parameter, batch {B}, "

@@ -128,6 +128,16 @@ def device_recipe(device: torch.device):
         torch.optim.AdamW = adamw
 
 
+def seconds_since_start() -> float:
+    """How long this process has run already (importing torch takes seconds on a busy machine),
+    so that `--minutes` counts from the command, not from here."""
+    try:
+        import psutil
+    except ImportError:
+        return 0.0
+    return max(0.0, time.time() - psutil.Process().create_time())
+
+
 def sync(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -135,17 +145,18 @@ def sync(device: torch.device) -> None:
 
 def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None = None, log=print, *,
         recipe: Recipe | None = None, max_chars: int | None = None, runs: Path | None = None,
-        cache: Path | None = None, compile_model: bool | None = None) -> dict:
+        cache: Path | None = None, compile_model: bool | None = None, already: float = 0.0) -> dict:
     """Tokenize (or load the cached ids), time a few steps, train for what is left of `minutes`
     (at most `max_steps` steps), evaluate, sample, save the curve. `recipe`, `max_chars` (the
-    characters of each side of the split) and the folders are for tests: tiny runs."""
+    characters of each side of the split) and the folders are for tests: tiny runs. `already`:
+    seconds of the time spent before the call (the command line's start-up)."""
     from coursekit.attention_bench import device_name
     from coursekit.corpus import stdlib_split
     from coursekit.gpt import GPT, GPTConfig
     from coursekit.training import TrainConfig
 
     started = time.perf_counter()
-    deadline = started + 60 * minutes
+    deadline = started + 60 * minutes - already
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     recipe = recipe or RECIPES[device.type]
     runs, cache = runs or RUNS, cache or CACHE
@@ -236,7 +247,7 @@ def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None =
         sync(device)
         eval_seconds = time.perf_counter() - clock
     model.load_state_dict(initial)
-    final_seconds = eval_seconds + (5 if device.type == "cpu" else 15)  # the final evaluation, the sample, the plot
+    final_seconds = eval_seconds + (8 if device.type == "cpu" else 15)  # the final evaluation, the sample, the plot
     left = deadline - time.perf_counter() - final_seconds
     steps = max(1, int((left - recipe.evaluations * eval_seconds) / step_seconds))
     if max_steps is not None:
@@ -376,7 +387,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     parser.add_argument("--steps", type=int, default=None, help="stop after this many steps at the latest")
     args = parser.parse_args(argv)
-    run(args.minutes, args.device, args.steps)
+    run(args.minutes, args.device, args.steps, already=seconds_since_start())
     return 0
 
 

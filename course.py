@@ -6,8 +6,8 @@
     python3 course.py lab      # open the course in JupyterLab
     python3 course.py build    # regenerate quiz cells, grade cells and the student release
     python3 course.py check UNIT PATH [--json]   # grade one notebook or .py file
-    python3 course.py bench generation|attention # benchmarks that print figures
-    python3 course.py train [--minutes M] [--device D]   # train the course's GPT on the shipped corpus
+    python3 course.py bench generation|attention|tokenizer|...  # benchmarks that print figures
+    python3 course.py train [--minutes M] [--device D]   # unit 08's tokenizer and recipe on the standard library
     python3 course.py autograde UNIT [--workers N] [--students A,B] [--scheduler ADDRESS] [--feedback]
                                # grade every new or changed submission of a unit, N at a time
     python3 course.py feedback-server [UNIT...] [--host H] [--port P] [--db URL] [--limit N]

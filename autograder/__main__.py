@@ -6,7 +6,7 @@ USAGE = """usage:
   python -m autograder check <unit> <path> [--json]   grade a notebook or .py file
   python -m autograder build [--check]                regenerate quiz/grade cells and exercises/
   python -m autograder demo                           the instructor's loop on the sample class
-  python -m autograder bench <what>                   benchmarks that print figures (generation, attention, tokenizer, ...)
+  python -m autograder bench <what>                   benchmarks that print figures (attention, tokenizer, ...)
   python -m autograder train [--minutes M] [--device D]   unit 08's tokenizer and recipe on the standard library
   python -m autograder feedback <unit> <path> [--part P]  the hidden graders' report on a notebook, as JSON
   python -m autograder feedback-server [<unit>...]    the feedback service for a class (see README.md)

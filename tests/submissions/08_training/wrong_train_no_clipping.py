@@ -1,129 +1,12 @@
+"""No gradient clipping before the optimizer step. Only what the graded part runs is here: a mistake is
+graded on its own part."""
+
 import copy
-import heapq
 import math
 import random
-from collections import Counter, defaultdict
-from itertools import pairwise
 
 import numpy as np
-import regex
 import torch
-
-# GPT-2's rule: contractions, runs of letters, of digits, of other symbols (each with one leading
-# space), and runs of white space.
-GPT2_PATTERN = r"""'s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+"""
-
-
-def pretokenize(text):
-    """Split text into chunks whose concatenation is text; BPE never merges across two chunks."""
-    return regex.findall(GPT2_PATTERN, text)
-
-
-
-def train_bpe(text, vocab_size):
-    """Byte-level BPE: return the merges (id_a, id_b) in the order learned; merge i makes id 256 + i."""
-    # Each distinct chunk once, with how often it occurs: the text has far fewer distinct chunks
-    # than chunks, and a merge changes every copy of a chunk the same way.
-    chunk_counts = Counter(pretokenize(text))
-    words = [list(chunk.encode("utf-8")) for chunk in chunk_counts]
-    freqs = list(chunk_counts.values())
-    token_bytes = [bytes([i]) for i in range(256)]  # what each id stands for
-
-    pair_counts = Counter()  # (id_a, id_b) -> occurrences in the whole text
-    words_with = defaultdict(set)  # (id_a, id_b) -> the words it occurs in (may hold stale entries)
-    for w, ids in enumerate(words):
-        for pair in pairwise(ids):
-            pair_counts[pair] += freqs[w]
-            words_with[pair].add(w)
-
-    # The most frequent pair, ties to the greatest (bytes_a, bytes_b): a heap of candidates,
-    # each checked against the current count when it comes out (counts change as merges happen).
-    class Candidate:
-        def __init__(self, pair):
-            self.pair, self.count = pair, pair_counts[pair]
-            self.key = (self.count, token_bytes[pair[0]], token_bytes[pair[1]])
-
-        def __lt__(self, other):  # heapq pops the smallest: make "smallest" mean "best"
-            return self.key > other.key
-
-    heap = [Candidate(pair) for pair in pair_counts]
-    heapq.heapify(heap)
-    merges = []
-    while len(token_bytes) < vocab_size and heap:
-        best = heapq.heappop(heap)
-        if best.count != pair_counts.get(best.pair, 0):
-            continue  # stale: the pair's count changed since it was pushed
-        if best.count < 2:
-            break  # no pair occurs twice: nothing left worth merging
-        a, b = best.pair
-        new_id = len(token_bytes)
-        merges.append((a, b))
-        token_bytes.append(token_bytes[a] + token_bytes[b])
-        changed = set()
-        for w in words_with.pop(best.pair):
-            ids, freq = words[w], freqs[w]
-            merged, i = [], 0
-            while i < len(ids):  # left to right, so "aaa" becomes [aa, a]
-                if i + 1 < len(ids) and ids[i] == a and ids[i + 1] == b:
-                    merged.append(new_id)
-                    i += 2
-                else:
-                    merged.append(ids[i])
-                    i += 1
-            if len(merged) == len(ids):
-                continue  # a stale entry: this word no longer holds the pair
-            for pair in pairwise(ids):
-                pair_counts[pair] -= freq
-                changed.add(pair)
-            for pair in pairwise(merged):
-                pair_counts[pair] += freq
-                words_with[pair].add(w)
-                changed.add(pair)
-            words[w] = merged
-        for pair in changed:
-            if pair_counts[pair] > 0:
-                heapq.heappush(heap, Candidate(pair))
-            else:
-                del pair_counts[pair]
-    return merges
-
-
-
-def encode(text, merges):
-    """Token ids of text: pretokenize, then apply the merges inside each chunk in the order learned."""
-    rank = {pair: i for i, pair in enumerate(merges)}
-    known = {}  # chunk -> ids: a text repeats its chunks, so each is worked out once
-    ids = []
-    for chunk in pretokenize(text):
-        if chunk not in known:
-            tokens = list(chunk.encode("utf-8"))
-            while len(tokens) > 1:
-                # The earliest-learned merge present in the chunk, applied everywhere in it.
-                pair = min(pairwise(tokens), key=lambda p: rank.get(p, math.inf))
-                if pair not in rank:
-                    break
-                new_id, merged, i = 256 + rank[pair], [], 0
-                while i < len(tokens):
-                    if i + 1 < len(tokens) and (tokens[i], tokens[i + 1]) == pair:
-                        merged.append(new_id)
-                        i += 2
-                    else:
-                        merged.append(tokens[i])
-                        i += 1
-                tokens = merged
-            known[chunk] = tokens
-        ids.extend(known[chunk])
-    return ids
-
-
-
-def decode(ids, merges):
-    """The text of ids: the bytes each id stands for, joined, decoded as UTF-8."""
-    token_bytes = [bytes([i]) for i in range(256)]
-    for a, b in merges:
-        token_bytes.append(token_bytes[a] + token_bytes[b])
-    return b"".join(token_bytes[int(i)] for i in ids).decode("utf-8", errors="replace")
-
 
 
 def cross_entropy(logits, targets):
@@ -135,7 +18,6 @@ def cross_entropy(logits, targets):
     return (torch.logsumexp(logits, dim=1) - picked).mean()
 
 
-
 def lr_at(step, max_lr, warmup_steps, total_steps, min_lr):
     """Linear warm-up to max_lr, cosine decay to min_lr at total_steps - 1, min_lr after."""
     if step < warmup_steps:
@@ -144,20 +26,6 @@ def lr_at(step, max_lr, warmup_steps, total_steps, min_lr):
         return min_lr
     progress = (step - warmup_steps) / max(1, total_steps - 1 - warmup_steps)
     return min_lr + (max_lr - min_lr) * (1 + math.cos(math.pi * progress)) / 2
-
-
-
-def clip_grad_norm(parameters, max_norm):
-    """Scale all gradients together so their global L2 norm is at most max_norm; return the norm before."""
-    grads = [p.grad for p in parameters if p.grad is not None]
-    if not grads:
-        return torch.tensor(0.0)
-    total_norm = torch.sqrt(sum((g.detach().float() ** 2).sum() for g in grads))
-    scale = min(1.0, max_norm / (total_norm.item() + 1e-6))
-    for g in grads:
-        g.mul_(scale)
-    return total_norm
-
 
 
 def evaluate(model, data, batch_size, context_length):

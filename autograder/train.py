@@ -90,20 +90,6 @@ def token_bytes(merges) -> list[bytes]:
     return table
 
 
-def byte_baselines(train_bytes: bytes, held_bytes: bytes, scored_from: int = 0) -> dict[str, float]:
-    """Held-out loss in nats per byte of the byte-level unigram and bigram models (counts from
-    the training bytes, add-one smoothing, as `coursekit.corpus.bigram_nats_per_byte`) on the
-    bytes `held_bytes[scored_from:]` (the byte before each is its bigram context)."""
-    train = np.frombuffer(train_bytes, dtype=np.uint8).astype(np.int64)
-    held = np.frombuffer(held_bytes, dtype=np.uint8).astype(np.int64)
-    unigram = np.log((np.bincount(train, minlength=256) + 1) / (len(train) + 256))
-    pairs = np.bincount(train[:-1] * 256 + train[1:], minlength=256 * 256).reshape(256, 256) + 1
-    bigram = np.log(pairs / pairs.sum(axis=1, keepdims=True))
-    start = max(1, scored_from)  # the first byte has no context: scored from the second at the earliest
-    return {"unigram": float(-unigram[held[start:]].mean()),
-            "bigram": float(-bigram[held[start - 1:-1], held[start:]].mean())}
-
-
 @contextlib.contextmanager
 def device_recipe(device: torch.device):
     """On a GPU: bf16 autocast (matmuls and the fused attention kernel in bf16; the reference's
@@ -150,8 +136,8 @@ def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None =
     (at most `max_steps` steps), evaluate, sample, save the curve. `recipe`, `max_chars` (the
     characters of each side of the split) and the folders are for tests: tiny runs. `already`:
     seconds of the time spent before the call (the command line's start-up)."""
+    from coursekit import corpus
     from coursekit.attention_bench import device_name
-    from coursekit.corpus import stdlib_split
     from coursekit.gpt import GPT, GPTConfig
     from coursekit.training import TrainConfig
 
@@ -163,7 +149,7 @@ def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None =
     name = device_name(device)
     ref = load_reference("08_training")
 
-    train_text, held_text = stdlib_split(max_chars)
+    train_text, held_text = corpus.stdlib_split(max_chars)
     merges = merges_for(train_text[:recipe.bpe_chars], recipe.vocab_size, ref.train_bpe, cache, log)
     train_ids = torch.from_numpy(ids_for(train_text, merges, ref.encode, "training text", cache, log)).long()
     held_all = ids_for(held_text, merges, ref.encode, "held-out text", cache, log)
@@ -193,7 +179,7 @@ def run(minutes: float = 5.0, device: str | None = None, max_steps: int | None =
     held_bytes = b"".join(table[i] for i in held_ids.tolist())
     scored_from = len(table[int(held_ids[0])])  # the targets start at the second token
     held_scored_bytes = len(held_bytes) - scored_from
-    base = byte_baselines(train_bytes, held_bytes, scored_from)
+    base = corpus.byte_baselines(train_bytes, held_bytes, scored_from)
     # The tokenizer's own bar: each token predicted from the training counts of tokens alone. BPE
     # already captures the inside of words, so this is stiffer than the byte bigram; a model that
     # beats it has learned something from the context.

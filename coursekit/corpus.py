@@ -93,15 +93,26 @@ def stdlib_split(max_chars: int | None = None) -> tuple[str, str]:
     return "\n\n".join(sides[False]), "\n\n".join(sides[True])
 
 
-@functools.cache
-def bigram_nats_per_byte() -> float:
-    """The held-out loss, in nats per byte, of predicting each byte from the one before with
-    counts from the training files (add-one smoothing): the bar any model of this corpus must
-    clear, whatever its tokenizer."""
+def byte_baselines(train_bytes: bytes, held_bytes: bytes, scored_from: int = 0) -> dict[str, float]:
+    """Held-out loss in nats per byte of the byte-level unigram and bigram models (counts from
+    the training bytes, add-one smoothing) on the bytes `held_bytes[scored_from:]` (the byte
+    before each is its bigram context): the bars any model of the text must clear, whatever
+    its tokenizer."""
     import numpy as np
 
-    train, held = (np.frombuffer(text.encode("utf-8"), dtype=np.uint8).astype(np.int64) for text in stdlib_split())
-    counts = np.ones((256, 256))
-    np.add.at(counts, (train[:-1], train[1:]), 1)
-    log_probs = np.log(counts / counts.sum(axis=1, keepdims=True))
-    return float(-log_probs[held[:-1], held[1:]].mean())
+    train = np.frombuffer(train_bytes, dtype=np.uint8).astype(np.int64)
+    held = np.frombuffer(held_bytes, dtype=np.uint8).astype(np.int64)
+    unigram = np.log((np.bincount(train, minlength=256) + 1) / (len(train) + 256))
+    pairs = np.bincount(train[:-1] * 256 + train[1:], minlength=256 * 256).reshape(256, 256) + 1
+    bigram = np.log(pairs / pairs.sum(axis=1, keepdims=True))
+    start = max(1, scored_from)  # the first byte has no context: scored from the second at the earliest
+    return {"unigram": float(-unigram[held[start:]].mean()),
+            "bigram": float(-bigram[held[start - 1:-1], held[start:]].mean())}
+
+
+@functools.cache
+def bigram_nats_per_byte() -> float:
+    """The byte bigram's held-out loss on the whole corpus (`byte_baselines` of the training
+    and held-out files)."""
+    train, held = stdlib_split()
+    return byte_baselines(train.encode("utf-8"), held.encode("utf-8"))["bigram"]

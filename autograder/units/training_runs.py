@@ -27,8 +27,9 @@ functions run there; what crosses back is data (weights, numbers, draws), compar
   reference's; `clip_grad_norm`, `cross_entropy` and `evaluate` stay the student's (they take the
   parameters or the model, or keep the autograd graph, which cannot cross to the grader).
 
-The worker's generators, modules and AdamW are reached through its own `__import__` (taken from
-the course model's builtins): the grader drives them by handle and reads data back.
+The worker's generators and its AdamW are reached through `coursekit.training.process_modules`, a
+course function the grader builds there (a trusted factory): the grader drives them by handle and
+reads data back.
 """
 
 from __future__ import annotations
@@ -69,7 +70,7 @@ LOGITS = Tolerance(rtol=1e-3, atol=1e-3)
 
 class Ops:
     """Objects in the worker (the student's) or in this process (the reference, a variant), driven
-    the same way. Trusted code gets the real modules; a worker's come from its own `__import__`."""
+    the same way. Trusted code gets the real modules; a worker's come from `process_modules`."""
 
     def __init__(self, api):
         self.api = api
@@ -77,7 +78,7 @@ class Ops:
         self.wrap = isinstance(student, InProcessStudent)  # trusted code behind the student interface
         self.local = api.trusted or self.wrap
         self._modules: dict = {}
-        self._import = None
+        self._process = None
 
     # objects handed to the api: a LocalHandle where InProcessStudent expects one
     def arg(self, obj):
@@ -88,7 +89,8 @@ class Ops:
     def raw(self, obj):
         return obj.obj if isinstance(obj, LocalHandle) else obj
 
-    def module(self, name: str, anchor=None):
+    def module(self, name: str):
+        """"random", "numpy.random" or "torch", in the process the api runs code in."""
         if name in self._modules:
             return self._modules[name]
         if self.local:
@@ -96,12 +98,9 @@ class Ops:
 
             found = importlib.import_module(name)
         else:
-            if self._import is None:
-                get = self.api.attr(anchor, "_init_weights.__builtins__.get")
-                self._import = self.api.forward(get, "__import__", keep=True)
-            found = self.api.forward(self._import, name.split(".")[0], keep=True)
-            for part in name.split(".")[1:]:
-                found = self.api.attr(found, part)
+            if self._process is None:
+                self._process = self.api.given("coursekit.training.process_modules")
+            found = self.api.attr(self._process, name)
         self._modules[name] = found
         return found
 
@@ -133,8 +132,8 @@ class Ops:
         self.api.method(model, "load_state_dict", initial_state(seed))
         return self.raw(model) if self.local else model
 
-    def adamw(self, model, anchor=None):
-        torch_ = self.module("torch", anchor)
+    def adamw(self, model):
+        torch_ = self.module("torch")
         params = self.method(model, "parameters", keep=True)
         # eps 1e-4, not 1e-8: a gradient that is rounding noise (the key projection's bias, to which
         # the softmax is blind) would otherwise take steps of lr in whatever direction the noise says
@@ -157,9 +156,8 @@ class Ops:
         self.method(optimizer, "zero_grad")
 
     # the three generators
-    def generators(self, anchor):
-        return {"python": self.module("random", anchor), "numpy": self.module("numpy.random", anchor),
-                "torch": self.module("torch", anchor)}
+    def generators(self):
+        return {"python": self.module("random"), "numpy": self.module("numpy.random"), "torch": self.module("torch")}
 
     def seed(self, gens, base: int):
         self.method(gens["python"], "seed", base)
@@ -270,8 +268,8 @@ def round_trip(api, inputs: Inputs) -> dict:
     with _own_generators(), _folder(ops) as folder:
         path = folder + "grader_checkpoint.pt"
         model = ops.model(11)
-        gens = ops.generators(model)
-        optimizer = ops.adamw(model, model)
+        gens = ops.generators()
+        optimizer = ops.adamw(model)
         ops.train_step(model, optimizer, 1)
         ops.train_step(model, optimizer, 2)
         ops.seed(gens, 20)
@@ -280,7 +278,7 @@ def round_trip(api, inputs: Inputs) -> dict:
         drawn = ops.draws(gens)  # right after saving: what a resumed run must draw next
 
         fresh = ops.model(12)  # a new process: another model, a new optimizer, generators elsewhere
-        fresh_optimizer = ops.adamw(fresh, model)
+        fresh_optimizer = ops.adamw(fresh)
         ops.seed(gens, 30)
         try:
             returned = ops.call("load_checkpoint", path, fresh, fresh_optimizer)
@@ -292,7 +290,7 @@ def round_trip(api, inputs: Inputs) -> dict:
         stepped = ops.weights(fresh)
 
         again = ops.model(13)  # loading a second time gives the same: loading leaves the file alone
-        again_optimizer = ops.adamw(again, model)
+        again_optimizer = ops.adamw(again)
         ops.seed(gens, 40)
         try:
             returned_again = ops.call("load_checkpoint", path, again, again_optimizer)
@@ -503,11 +501,11 @@ def run_loop(api, config: dict, data: str, model_seed: int = 21, check_inputs: b
     with _own_generators():
         model = ops.model(model_seed)
         # the global generator as a fresh process has it: a loop that forgets to seed draws from here
-        ops.method(ops.module("torch", model), "manual_seed", 1234)
+        ops.method(ops.module("torch"), "manual_seed", 1234)
         record = api.record(**config)
         given = (train.clone(), heldout.clone())
         if check_inputs:  # held in the worker, read back after the run
-            torch_ = ops.module("torch", model)
+            torch_ = ops.module("torch")
             given = tuple(ops.build(ops.attr(torch_, "clone"), t) for t in (train, heldout))
         result = ops.call("train_loop", model, *given, ops.raw(record) if ops.local else record)
         out = {"result": _records(result), "weights": ops.weights(model)}

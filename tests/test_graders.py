@@ -301,6 +301,40 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     assert not results["scaled_dot_product_attention/inputs_unchanged"].passed
 
 
+FAKE_GENERATORS = """
+import random
+
+import numpy as np
+import torch
+
+# The generators replaced by constants, so that they "draw the same" after any load.
+random.random = lambda: 0.25
+np.random.rand = lambda *shape: np.full(shape, 0.25)
+torch.rand = lambda *shape, **kwargs: torch.full(shape, 0.25)
+
+
+def save_checkpoint(path, model, optimizer, step, **state):
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "state": state}, path)
+
+
+def load_checkpoint(path, model, optimizer):
+    checkpoint = torch.load(path, weights_only=False)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    return checkpoint["step"], checkpoint["state"]
+"""
+
+
+def test_generators_replaced_in_the_students_process_do_not_pass_for_restored(tmp_path):
+    """Unit 08 reads the generators' draws from the student's process: replaced by constants, they
+    would "draw again what they drew" after a load that restores nothing."""
+    path = tmp_path / "fake_generators.py"
+    path.write_text(FAKE_GENERATORS)
+    checks = {c["name"]: c for c in grade_parts_in_worker("08_training", path, ["load_checkpoint"])}
+    generators = checks["load_checkpoint/generators"]
+    assert not generators["passed"] and "something replaced them" in generators["message"], generators
+
+
 def test_a_student_warning_or_stderr_print_costs_nothing():
     source = REFERENCE_SOFTMAX.replace("def softmax(x, axis=-1):", """def softmax(x, axis=-1):
     import sys, warnings

@@ -297,9 +297,27 @@ def round_trip(api, inputs: Inputs) -> dict:
             loaded_again, redrawn_again = ops.weights(again), ops.draws(gens)
         except Exception:  # noqa: BLE001 - the student's ProbeFailed, or a variant's own error
             returned_again = loaded_again = redrawn_again = None
+        ops.seed(gens, GENUINE_SEED)  # are they the real generators? (see `genuine_draws`)
+        seeded = ops.draws(gens)
     return {"saved": saved, "drawn": drawn, "returned": returned, "loaded": loaded, "redrawn": redrawn,
             "stepped": stepped, "returned_again": returned_again, "loaded_again": loaded_again,
-            "redrawn_again": redrawn_again}
+            "redrawn_again": redrawn_again, "seeded": seeded}
+
+
+GENUINE_SEED = 50
+
+
+@functools.cache
+def genuine_draws() -> dict:
+    """What Python's, NumPy's and torch's generators draw after `Ops.seed(..., GENUINE_SEED)`, drawn
+    here. The worker's draws are compared with these: code that replaces a generator's functions
+    (by a constant, say) would otherwise make "draws again what it drew after saving" hold
+    whatever load_checkpoint does."""
+    ops = Ops(types.SimpleNamespace(trusted=True))
+    with _own_generators():
+        gens = ops.generators()
+        ops.seed(gens, GENUINE_SEED)
+        return ops.draws(gens)
 
 
 _REFERENCE_ROUND_TRIP: dict = {}
@@ -381,7 +399,8 @@ def checkpoint_view(view: str, run: dict) -> dict:
                 "keys": sorted(map(str, state)) if isinstance(state, dict) else describe(state)}
     if view == "generators":
         drawn, redrawn = run["drawn"], run["redrawn"]
-        return {"view": view, "restored": {k: drawn[k] is not None and redrawn[k] == drawn[k] for k in drawn}}
+        return {"view": view, "restored": {k: drawn[k] is not None and redrawn[k] == drawn[k] for k in drawn},
+                "genuine": run["seeded"] == genuine_draws()}
     # "loads_twice": the second load restores what the first restored (a mistake the other checks see,
     # such as generators never restored, is not counted again here)
     def restored(weights, draws):
@@ -449,6 +468,10 @@ def diagnose_checkpoint(result, expected) -> str | None:
                     f"given {_short(STATE)}: return exactly the keyword arguments that were saved, as a dict")
         return None
     if view == "generators":
+        if not result["genuine"]:
+            return ("seeded with known seeds, Python's, NumPy's and torch's generators in your code's process do "
+                    "not draw what those generators draw: something replaced them (random.random, np.random.rand "
+                    "or torch.rand), so whether load_checkpoint restores them cannot be seen")
         lost = [GENERATOR_NAMES[k] for k, ok in result["restored"].items() if not ok]
         if lost:
             return (f"after load_checkpoint, {', '.join(lost)} did not draw what it drew right after saving: "

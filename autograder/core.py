@@ -87,7 +87,9 @@ class Check:
     points: float
     make_inputs: Callable[[np.random.Generator], Inputs]
     tol: Tolerance = Tolerance()
-    # "value": compare with the reference. "unchanged": the inputs must not be modified.
+    # "value": compare with the reference. "unchanged": the inputs must not be modified (judged
+    # by `judge_unchanged`, or by the check's probe where it has one); such a check only counts
+    # when a value check of its part passes (`apply_requirements`).
     kind: str = "value"
     # An independent source of the expected result (say PyTorch's own module), used
     # instead of the reference: oracle(inputs) -> expected.
@@ -715,7 +717,7 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             continue
         if outcome.error_type == "NotImplementedError":
             unfinished = True
-        if check.kind == "unchanged":
+        if check.kind == "unchanged" and check.probe is None:
             results.append(result(check, *judge_unchanged(check, inputs, outcome)))
             continue
         if check.oracle is not None:
@@ -850,14 +852,6 @@ def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResu
     """Void the points of a passed check whose required checks failed."""
     passed = {check.name: r.passed for check, r in zip(part.checks, results, strict=True)}
     what = {check.name: check.what for check in part.checks}
-    # Leaving the inputs alone is only worth a point in a function that does something:
-    # one that raises, or returns nonsense, everywhere would otherwise earn it for free.
-    any_value_passed = any(r.passed for check, r in zip(part.checks, results, strict=True) if check.kind == "value")
-    for check, r in zip(part.checks, results, strict=True):
-        if check.kind == "unchanged" and r.passed and not any_value_passed:
-            r.passed, r.points = False, 0.0
-            r.message += (", but not counted: this point counts once at least one of the other checks passes "
-                          "(a function that fails them all leaves its inputs untouched too)")
     for check, r in zip(part.checks, results, strict=True):
         unmet = [name for name in check.requires if not passed[name]]
         if r.passed and unmet:
@@ -866,6 +860,15 @@ def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResu
                 f", but not counted: it only counts together with getting {what[unmet[0]]} right "
                 "(an answer that never changes would otherwise pass half of these checks)"
             )
+    # Leaving the inputs alone is only worth a point in a function that does something:
+    # one that raises, or returns nonsense, everywhere would otherwise earn it for free. (After
+    # the requirements: a value check voided above does not count as doing something.)
+    any_value_passed = any(r.passed for check, r in zip(part.checks, results, strict=True) if check.kind == "value")
+    for check, r in zip(part.checks, results, strict=True):
+        if check.kind == "unchanged" and r.passed and not any_value_passed:
+            r.passed, r.points = False, 0.0
+            r.message += (", but not counted: this point counts once at least one of the other checks passes "
+                          "(a function that fails them all leaves its inputs untouched too)")
     return results
 
 

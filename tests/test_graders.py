@@ -335,6 +335,30 @@ def test_generators_replaced_in_the_students_process_do_not_pass_for_restored(tm
     assert not generators["passed"] and "something replaced them" in generators["message"], generators
 
 
+DOES_NOTHING = """
+def clip_grad_norm(parameters, max_norm):
+    return None
+
+
+def save_checkpoint(path, model, optimizer, step, **state):
+    return None
+
+
+def load_checkpoint(path, model, optimizer):
+    return None
+"""
+
+
+def test_functions_that_do_nothing_earn_nothing_from_checks_a_no_op_passes(tmp_path):
+    """Unit 08's probes that see inputs left alone, small gradients left alone or a load that gives
+    the same twice pass for a function that does nothing: they count only beside a check that
+    shows the function works (`Check.kind == "unchanged"`, `requires`)."""
+    path = tmp_path / "does_nothing.py"
+    path.write_text(DOES_NOTHING)
+    checks = grade_parts_in_worker("08_training", path, ["clip_grad_norm", "save_checkpoint", "load_checkpoint"])
+    assert sum(c["points"] for c in checks) == 0, [c["message"] for c in checks if c["points"]]
+
+
 def test_a_student_warning_or_stderr_print_costs_nothing():
     source = REFERENCE_SOFTMAX.replace("def softmax(x, axis=-1):", """def softmax(x, axis=-1):
     import sys, warnings

@@ -818,14 +818,15 @@ CLIP_CHECKS = (
           "every one scaled by the same factor", 1, clip_inputs(1 / 3), probe=clip_probe, oracle=facet_oracle),
     Check("returns_norm", "the same call returns the total norm before clipping", 0.5,
           clip_inputs(0.4, facet_name="norm"), probe=clip_probe, oracle=facet_oracle),
+    # A function that does nothing leaves small gradients alone too: this counts with the clipping.
     Check("below_max_norm", "a global norm half of max_norm: nothing changes", 0.5, clip_inputs(2.0),
-          probe=clip_probe, oracle=facet_oracle),
+          probe=clip_probe, oracle=facet_oracle, requires=("global",)),
     Check("skips_missing_grads", "the attention's parameters frozen (.grad None): skipped, the rest clipped "
           "together", 0.5, clip_inputs(0.25, frozen="blocks.0.attn"), probe=clip_probe, oracle=facet_oracle),
     Check("float64", "a float64 model", 0.25, clip_inputs(0.5, dtype="float64"), probe=clip_probe,
           oracle=facet_oracle),
     Check("inputs_unchanged", "the parameters themselves are not modified (only their gradients)", 0.25,
-          clip_inputs(0.2, facet_name="weights"), probe=clip_probe, oracle=facet_oracle),
+          clip_inputs(0.2, facet_name="weights"), probe=clip_probe, oracle=facet_oracle, kind="unchanged"),
 )
 
 EVAL_CHECKS = (
@@ -844,7 +845,7 @@ EVAL_CHECKS = (
           "takes)", 0.5,
           grad_inputs(), probe=no_grad_probe, oracle=facet_oracle),
     Check("inputs_unchanged", "the model's weights are unchanged and hold no gradient after the call", 0.5,
-          eval_inputs(33, 2), probe=unchanged_probe, oracle=facet_oracle),
+          eval_inputs(33, 2), probe=unchanged_probe, oracle=facet_oracle, kind="unchanged"),
 )
 
 PARTS = (

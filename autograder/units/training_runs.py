@@ -947,7 +947,7 @@ SAVE_CHECKS = (
     probe_check("optimizer", "saved, then loaded into a fresh model and a fresh AdamW: the next optimizer step is "
                 "the reference's (AdamW's state was saved)", 2, checkpoint_probe("optimizer")),
     probe_check("inputs_unchanged", "saving leaves the model and the three generators as they were", 1,
-                checkpoint_probe("saving_changes_nothing")),
+                checkpoint_probe("saving_changes_nothing"), kind="unchanged"),
 )
 
 LOAD_CHECKS = (
@@ -958,7 +958,7 @@ LOAD_CHECKS = (
     probe_check("generators", "Python's, NumPy's and torch's generators, moved after saving, draw again what they "
                 "drew right after saving", 1.5, checkpoint_probe("generators")),
     probe_check("inputs_unchanged", "a second load of the same checkpoint gives the same again (the file is left "
-                "as it was)", 0.5, checkpoint_probe("loads_twice")),
+                "as it was)", 0.5, checkpoint_probe("loads_twice"), kind="unchanged"),
 )
 
 LOOP_CHECKS = (
@@ -974,7 +974,7 @@ LOOP_CHECKS = (
                 "another seed: the same losses, best step and weights, to the bit, as the run that never stopped",
                 1.5, loop_probe("resume")),
     probe_check("inputs_unchanged", "train_ids, heldout_ids and the config are left as they were", 0.5,
-                loop_probe("inputs_unchanged")),
+                loop_probe("inputs_unchanged"), kind="unchanged"),
 )
 
 PARTS = (

@@ -492,47 +492,47 @@ def eval_oracle(inputs: Inputs):
     return {"loss": float(loss.mean())}
 
 
+NO_LAYER_CALLS = ("no_calls", "the grader saw no call of the model's layers: run the model on the windows, model(x)")
+
+
+def evaluate_watched(api, inputs: Inputs, mode: str, then_forward: bool = False) -> tuple[list, list]:
+    """The student's evaluate on the check's model handed in `mode`: the training flag of every
+    layer call during it, and (with `then_forward`) of a forward pass the grader makes after it."""
+    kw = inputs.kwargs
+    C = kw["fields"]["context_length"]
+    model = remote(api, inputs, mode)
+    seen, hooks = watch_layers(grader_side(api, model))
+    try:
+        api.call("evaluate", model, kw["data"], kw["batch_size"], C)
+        during = list(seen)
+        seen.clear()
+        if then_forward:
+            api.forward(model, kw["data"][:C].unsqueeze(0))
+    finally:
+        for hook in hooks:
+            hook.remove()
+    return during, list(seen)
+
+
 def eval_mode_probe(api, inputs: Inputs):
     """The mode of every layer call during evaluate (model handed in training mode), and then, on
     a forward pass the grader makes after it, whether the model is back in the mode it was in."""
-    kw = inputs.kwargs
-    which = kw["facet"]
-    C = kw["fields"]["context_length"]
-    if which == "during":
-        model = remote(api, inputs, "train")
-        seen, hooks = watch_layers(grader_side(api, model))
-        try:
-            api.call("evaluate", model, kw["data"], kw["batch_size"], C)
-        finally:
-            for hook in hooks:
-                hook.remove()
-        if not seen:
-            return facet(False, "no_calls", "the grader saw no call of the model's layers: run the model on the "
-                         "windows, model(x)")
-        return facet(not any(seen), "train", f"{sum(seen)} of the {len(seen)} layer calls during evaluate ran in "
-                     "training mode: call model.eval() before the forward passes (and put the mode back after)")
-    results = {}
-    for mode in ("train", "eval"):  # which == "restores"
-        model = remote(api, inputs, mode)
-        real = grader_side(api, model)
-        seen, hooks = watch_layers(real)
-        try:
-            api.call("evaluate", model, kw["data"], kw["batch_size"], C)
-            ran = len(seen)
-            seen.clear()
-            api.forward(model, kw["data"][:C].unsqueeze(0))
-        finally:
-            for hook in hooks:
-                hook.remove()
-        if not ran:
-            return facet(False, "no_calls", "the grader saw no call of the model's layers: run the model on the "
-                         "windows, model(x)")
-        results[mode] = seen
-    if not all(results["train"]):
+    if inputs.kwargs["facet"] == "during":
+        during, _ = evaluate_watched(api, inputs, "train")
+        if not during:
+            return facet(False, *NO_LAYER_CALLS)
+        return facet(not any(during), "train", f"{sum(during)} of the {len(during)} layer calls during evaluate ran "
+                     "in training mode: call model.eval() before the forward passes (and put the mode back after)")
+    after = {}  # facet "restores"
+    for mode in ("train", "eval"):
+        during, after[mode] = evaluate_watched(api, inputs, mode, then_forward=True)
+        if not during:
+            return facet(False, *NO_LAYER_CALLS)
+    if not all(after["train"]):
         return facet(False, "left_eval", "a model in training mode was left in eval mode after evaluate: remember "
                      "was_training = model.training first, and call model.train(was_training) at the end (in a "
                      "finally: block, so an error does not leave it in eval mode either)")
-    if any(results["eval"]):
+    if any(after["eval"]):
         return facet(False, "forced_train", "a model handed in eval mode came back in training mode: put back the "
                      "mode it was in (model.train(was_training)), not always model.train()")
     return facet(True, None)

@@ -371,12 +371,10 @@ def hf_bpe(text: str | list[str], vocab_size: int):
 
 
 def merges_as_bytes(merges) -> list[tuple[bytes, bytes]]:
-    table = [bytes([i]) for i in range(256)]
-    pairs = []
-    for a, b in merges:
-        pairs.append((table[a], table[b]))
-        table.append(table[a] + table[b])
-    return pairs
+    from .tokenized_corpus import token_bytes
+
+    table = token_bytes(merges)
+    return [(table[a], table[b]) for a, b in merges]
 
 
 def first_tie(text: str, merges, pretokenize) -> int:

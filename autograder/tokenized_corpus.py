@@ -75,3 +75,11 @@ def ids_for(text: str, merges, encode, what: str = "text", cache: Path = CACHE, 
 
     _write_atomically(path, save)
     return ids
+
+
+def token_bytes(merges) -> list[bytes]:
+    """The bytes each id stands for: 0..255 their byte, merge i (id 256 + i) its pair's joined."""
+    table = [bytes([i]) for i in range(256)]
+    for a, b in merges:
+        table.append(table[a] + table[b])
+    return table

@@ -35,7 +35,7 @@ import torch
 
 from .paths import ROOT
 from .reference import load_reference
-from .tokenized_corpus import CACHE, ids_for, merges_for
+from .tokenized_corpus import CACHE, ids_for, merges_for, token_bytes
 
 RUNS = ROOT / ".course_runs"
 PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0}  # dense bf16, from the vendors' sheets
@@ -81,13 +81,6 @@ RECIPES = {
 
 def peak_tflops(name: str) -> float | None:
     return next((v for k, v in PEAK_BF16_TFLOPS.items() if k in name), None)
-
-
-def token_bytes(merges) -> list[bytes]:
-    table = [bytes([i]) for i in range(256)]
-    for a, b in merges:
-        table.append(table[a] + table[b])
-    return table
 
 
 @contextlib.contextmanager

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .budget import Budget, budget_for
 from .compare import Tolerance, compare_arrays
 from .reference import load_reference
 from .sandbox import TimeLimitExceeded, quiet, time_limit
@@ -161,6 +162,26 @@ class Unit:
     # Course files the student's sandbox shows empty (paths from the course root): what this
     # unit asks students to write, where the course ships a finished one for later units.
     hidden: tuple[str, ...] = ()
+    # CPU seconds one grading of the reference costs in the student's sandbox (its cells, every
+    # check, and the grader's answers to its callbacks), as the "budget" entry of
+    # `python3 course.py check UNIT solutions/UNIT/NAME.ipynb --json` reports it on the machine the
+    # course is built on. The run's budget is sized from it (budget.budget_for), and
+    # tests/test_budget.py holds every reference to half its budget at most.
+    reference_cpu_seconds: float = 10.0
+    # CPU seconds the reference notebook's run in nbgrader's kernel costs (every cell, its demos
+    # and figures included), as `nbgrader autograde` logs it ("The notebook's cells spent ...");
+    # the budget of that run, which only makes the feedback page, is sized from it.
+    notebook_cpu_seconds: float = 30.0
+
+    @property
+    def budget(self) -> Budget:
+        """What one grading of a submission may spend (budget.py)."""
+        return budget_for(self.reference_cpu_seconds)
+
+    @property
+    def page_budget(self) -> Budget:
+        """What one run of a submitted notebook in nbgrader's kernel may spend (budget.py)."""
+        return budget_for(self.notebook_cpu_seconds)
 
     def part(self, name: str) -> Part:
         for part in self.parts:
@@ -290,6 +311,13 @@ class StudentApi:
         return self._ok(f"`{name}({_describe_args(args, kwargs)})`",
                         self.student.call(name, *args, backward=backward, **self.options, **kwargs), backward)
 
+    def call_on_virtual_clock(self, name, *args, **kwargs):
+        """The function's result, timed on a clock the grader moves (worker/virtual_clock.py): the
+        clocks it reads stand still but for what the grader's functions among the arguments say
+        their calls took (they return a `Took`), and time.sleep moves them instead of sleeping."""
+        return self._ok(f"`{name}({_describe_args(args, kwargs)})`",
+                        self.student.call_on_virtual_clock(name, *args, **self.options, **kwargs))
+
     def new(self, name, *args, **kwargs):
         return self._ok(f"`{name}({_describe_args(args, kwargs)})`",
                         self.student.new(name, *args, **self.options, **kwargs))
@@ -323,10 +351,26 @@ class StudentApi:
         return self._ok(f"building the course's `{dotted.rsplit('.', 1)[-1]}`",
                         self.student.make(dotted, *args, **kwargs))
 
-    def remote_model(self, fields: dict, state: dict, spec: dict):
+    def remote_model(self, fields: dict, state: dict, spec: dict, autograd: bool = False):
         """The course's GPT with these weights, for the student's function to drive: its layers
-        run here, in the grader, which records the calls named in `spec` (see `call_record`)."""
-        return self._ok("building the course's GPT", self.student.remote_model(fields, state, spec))
+        run here, in the grader, which records the calls named in `spec` (see `call_record`).
+        With `autograd`, the layers' outputs are linked into the worker's autograd graph as a
+        real model's are, so that a graph kept shows in the worker's memory."""
+        return self._ok("building the course's GPT",
+                        self.student.remote_model(fields, state, spec, autograd=autograd))
+
+    def scratch_folder(self) -> str:
+        """The folder (with its trailing slash) where the worker writes a file that `fresh_worker`
+        may carry over: its private scratch folder."""
+        return self.student.scratch_folder()
+
+    def fresh_worker(self, *names: str, limit: int | None = None) -> dict:
+        """Go on in a new worker for the submission, which runs its cells again as a resumed job
+        would, holding the files `names` of the old worker's scratch folder (read here, never run
+        or unpickled) and nothing else of it: what the student's code kept in its process is
+        gone. Every handle from before is void. {name: why that file stayed behind}."""
+        options = {} if limit is None else {"limit": limit}
+        return self.student.fresh_worker(tuple(names), **options)
 
     def watched(self, obj) -> list:
         """The records of a remote model's calls, made here."""
@@ -350,6 +394,12 @@ class TrustedApi:
 
     def call(self, name, *args, backward=None, **kwargs):
         return self._backward(self.namespace[name], args, kwargs, backward)
+
+    def call_on_virtual_clock(self, name, *args, **kwargs):
+        """On a virtual clock of this process, the same the worker's is: trusted answers are exact too."""
+        from .worker.virtual_clock import VirtualClock
+
+        return VirtualClock().run(self.namespace[name], args, kwargs, namespaces=(self.namespace,))
 
     def new(self, name, *args, **kwargs):
         return self.namespace[name](*args, **kwargs)
@@ -393,8 +443,8 @@ class TrustedApi:
 
         return trusted_factory(dotted)(*args, **kwargs)
 
-    def remote_model(self, fields: dict, state: dict, spec: dict):
-        model = trusted_gpt(fields, state)
+    def remote_model(self, fields: dict, state: dict, spec: dict, autograd: bool = False):
+        model = trusted_gpt(fields, state)  # a real model: autograd-linked as it is
         self.watches[id(model)] = records = []
         self.hooks[id(model)] = install_watch(model, spec, records)
         return model
@@ -406,6 +456,11 @@ class TrustedApi:
 
     def model_state(self, obj) -> tuple[dict, dict]:
         return obj.state_dict(), {name: p.grad for name, p in obj.named_parameters()}
+
+    def fresh_worker(self, *names: str, limit: int | None = None) -> dict:
+        """Nothing: trusted code runs here, keeps nothing a new process would lose, and writes its
+        files to a real folder, where they stay."""
+        return {}
 
 
 MAX_WATCH_RECORDS = 5000
@@ -674,6 +729,8 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         return [result(check, False, f"the submission imports the course's `{imported[0]}`, whose ready-made "
                        f"classes are given to later units: write `{part.name}` yourself, without that import")
                 for check in part.checks]
+    if student_exhausted(student):
+        return [result(check, False, f"not run: {student_exhausted(student)}") for check in part.checks]
     if kind not in ("function", "class"):
         if kind != "missing":
             why = f"`{part.name}` is {kind}, not a function"
@@ -689,6 +746,8 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     unfinished = False  # NotImplementedError somewhere: an unfinished part, not a mistake to name
     gave_up = None  # once the function times out, its other checks are not run
     for check in part.checks:
+        if not gave_up and student_exhausted(student):  # used up by an earlier check of this part
+            gave_up = f"not run: {student_exhausted(student)}"
         if gave_up:
             results.append(result(check, False, gave_up))
             continue
@@ -707,6 +766,10 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             # (no CPU at all for a while, a killed worker) may have been the machine's doing. A
             # call that used up its CPU time is not run again: it would use it up again.
             outcome = run_check()
+        if outcome.over_budget:
+            gave_up = f"not run: {outcome.error}"
+            results.append(result(check, False, f"{check.what}: stopped: {outcome.error}"))
+            continue
         if outcome.timed_out:
             gave_up = f"not run: `{part.name}` did not finish on an earlier check (an infinite loop?)"
             results.append(result(
@@ -820,6 +883,12 @@ def imports_course_module(source: str, dotted: str) -> bool:
     pattern = (rf"^\s*(import|from)\s+{re.escape(package)}\s*\.\s*{re.escape(module)}\b"
                rf"|^\s*from\s+{re.escape(package)}\s+import\s+[^\n]*\b{re.escape(module)}\b")
     return bool(source) and re.search(pattern, source, flags=re.M) is not None
+
+
+def student_exhausted(student) -> str | None:
+    """Why none of the submission's code runs any more (its grading's budget is used up), or None.
+    Trusted code under the student interface (InProcessStudent) has no budget."""
+    return getattr(student, "exhausted", None)
 
 
 def _timeout_text(outcome: Outcome, seconds: float) -> str:

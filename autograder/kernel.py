@@ -57,7 +57,8 @@ from nbformat.v4 import new_output
 from nbgrader.preprocessors import Execute
 from traitlets import Instance, Integer, List, TraitError, Tuple, Type, Unicode, default, validate
 
-from .sandbox import Limits, SandboxedProcess, sandbox_problem
+from .budget import Meter
+from .sandbox import Limits, SandboxedProcess, blocked_seconds, own_thread_clock, sandbox_problem
 
 # One kernel runs a whole notebook, where a sandboxed worker serves a few checks: its CPU
 # budget covers every cell running to nbgrader's 30-second timeout in a long notebook.
@@ -308,7 +309,40 @@ class SandboxedExecute(Execute):
     async def async_execute_cell(self, cell, cell_index, execution_count=None, store_history=True):
         self._budget = _OutputBudget(outputs=self.max_outputs,
                                      chars=max(0, min(self.max_output_chars, self._notebook_chars_left)))
-        if cell.cell_type == "code" and time.monotonic() > self._notebook_deadline:
+        if cell.cell_type == "code" and self._meter.exceeded:
+            # The notebook's budget (budget.py), as the hidden tests' run has one: what one
+            # notebook may spend of a class-grading worker's time, computing or waiting.
+            cell.outputs = [new_output("error", ename="NotebookStopped", traceback=[], evalue=(
+                f"not run: {self._meter.exceeded}. Your grades come from the hidden tests, which ran your code "
+                "separately."))]
+            return cell
+        if cell.cell_type != "code":
+            return await super().async_execute_cell(cell, cell_index, execution_count, store_history)
+        sandbox = getattr(getattr(self.km, "provisioner", None), "sandbox", None)
+        began, clock = time.monotonic(), sandbox.main_thread_clock() if sandbox is not None else None
+        ours = own_thread_clock()
+        if sandbox is not None and self._cpu_baseline is None:  # the kernel's own start is not the notebook's
+            self._cpu_baseline = sandbox.total_cpu_seconds()
+        try:
+            return await self._execute_code_cell(cell, cell_index, execution_count, store_history)
+        finally:
+            if sandbox is not None:
+                self._charge_budget(sandbox, began, clock, ours, f"cell {cell_index + 1} ran")
+
+    def _charge_budget(self, sandbox: SandboxedProcess, began: float, clock, ours, doing: str) -> None:
+        """Add what one cell spent to the notebook's budget: the sandbox's CPU time, and the time
+        the kernel's main thread (which runs the cell) was blocked on its own account, from the
+        scheduler's statistics (sandbox.blocked_seconds)."""
+        now, current = time.monotonic(), sandbox.main_thread_clock()
+        if clock is not None and current is not None:
+            self._meter.waiting += blocked_seconds(now - began, clock, current, ours, own_thread_clock())
+        cpu = sandbox.total_cpu_seconds()
+        if cpu is not None and self._cpu_baseline is not None:
+            self._cpu_spent = max(0.0, cpu - self._cpu_baseline)
+            self._meter.over(self._cpu_spent, 0.0, doing)
+
+    async def _execute_code_cell(self, cell, cell_index, execution_count, store_history):
+        if time.monotonic() > self._notebook_deadline:
             # A notebook that keeps every cell waiting (a garbled kernel connection, a cell that
             # sleeps to its timeout over and over) does not hold up the class: this page only
             # shows the outputs; the grades come from the hidden tests, which ran separately.
@@ -337,12 +371,16 @@ class SandboxedExecute(Execute):
 
         unit = ((resources or {}).get("nbgrader") or {}).get("assignment")
         self._unit_cell_seconds = UNITS[unit].cell_seconds if unit in UNITS else None
+        self._meter = Meter(UNITS[unit].page_budget if unit in UNITS else None, Meter.PAGE)
+        self._cpu_baseline, self._cpu_spent = None, 0.0
         self._notebook_chars_left = self.max_notebook_output_chars
         self._notebook_deadline = time.monotonic() + self.max_notebook_seconds
         try:
             return super().preprocess(nb, resources, km)
         except _NotebookStopped:
             return nb, resources
+        finally:
+            self.log.info("The notebook's cells spent %s", self._meter.report(self._cpu_spent))
 
     def _get_timeout(self, cell):
         timeout = super()._get_timeout(cell)
@@ -354,6 +392,9 @@ class SandboxedExecute(Execute):
 
     _notebook_chars_left = 0  # set for each notebook in preprocess
     _notebook_deadline = float("inf")
+    _meter = Meter(None)
+    _cpu_baseline: float | None = None
+    _cpu_spent = 0.0
 
     def _charge(self, chars: int, outputs: int = 0) -> None:
         self._budget.chars -= chars

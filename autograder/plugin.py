@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from .budget import Budget
 from .core import CHECK_SECONDS, CheckResult, Unit, grade_part
 from .report import fmt, total
 from .sandbox import SandboxUnavailable
@@ -65,9 +66,13 @@ def student(request):
     state = request.config._grading
     units = [get_unit(name) for name in state["units"]]
     try:
+        budgets = [unit.budget for unit in units]
         options = {"call_seconds": request.config.getoption("--call-seconds"),
                    "hidden": tuple(str(ROOT / name) for unit in units for name in unit.hidden),
-                   "imports": tuple(name for unit in units for name in unit.worker_imports)}
+                   "imports": tuple(name for unit in units for name in unit.worker_imports),
+                   # several units in one run (the course's own tests): their budgets add up
+                   "budget": Budget(sum(b.cpu_seconds for b in budgets), sum(b.waiting_seconds for b in budgets))
+                   if budgets else None}
         if request.config.getoption("--cell-seconds"):
             options["cell_seconds"] = request.config.getoption("--cell-seconds")
         submission = Student.open(path, **options)
@@ -77,6 +82,7 @@ def student(request):
     except SandboxUnavailable as err:
         _grader_failed(state, err)
     state["notes"] = submission.notes
+    state["student"] = submission
     yield submission
     submission.close()
 
@@ -188,6 +194,8 @@ def grading_report(config) -> dict:
     unit = state["units"][0] if len(state["units"]) == 1 else ",".join(state["units"])
     report = {"unit": unit, "path": config.getoption("--submission"), "score": score, "max_score": max_score,
               "checks": [r.to_json() for r in results], "load_notes": list(state["notes"])}
+    if state.get("student") is not None:  # what the submission's code spent of the run's budget
+        report["budget"] = state["student"].usage()
     if state["error"]:
         report = {"unit": unit, "path": config.getoption("--submission"), "error": state["error"]}
     if state["grader_error"]:

@@ -21,8 +21,8 @@ scratch folder, and grading warns once, loudly, that submissions can read the di
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
-import importlib.util
 import io
 import json
 import os
@@ -30,6 +30,7 @@ import resource
 import select
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import tempfile
@@ -182,13 +183,17 @@ def bwrap_executable() -> str | None:
         return shutil.which("bwrap")
 
 
+# The course's own package, as the grader's course folder holds it: bound into every sandbox at
+# this path, and put first on the sandboxed Python's path (PYTHONPATH, which the worker, run with
+# -I, reads itself), whatever the environment's install of it points at: an editable install made
+# before the course folder moved points at a folder that is not there, or at another copy.
+COURSE_PACKAGE = ROOT / "coursekit"
+
+
 def _python_roots() -> list[str]:
-    """Folders the sandboxed Python needs, read-only: the installation, the environment,
-    and any editable package the course installs (coursekit)."""
-    roots = {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent.parent)}
-    spec = importlib.util.find_spec("coursekit")
-    if spec and spec.submodule_search_locations:
-        roots.update(str(Path(p).resolve()) for p in spec.submodule_search_locations)
+    """Folders the sandboxed Python needs, read-only: the installation, the environment, and
+    the course's own package (coursekit), from this course folder."""
+    roots = {sys.prefix, sys.base_prefix, str(Path(sys.executable).resolve().parent.parent), str(COURSE_PACKAGE)}
     return sorted(r for r in roots if r and Path(r).exists())
 
 
@@ -417,6 +422,7 @@ class SandboxedProcess:
             "MALLOC_MMAP_THRESHOLD_": "65536",
         }
         environment.update({k: os.environ[k] for k in PASSED_THROUGH if k in os.environ})
+        environment["PYTHONPATH"] = str(COURSE_PACKAGE.parent)
         environment.update(env or {})
         self.cgroup = _PidsCgroup(limits.processes) if self.sandboxed else _PidsCgroup(0, make=False)
         if not self.sandboxed:
@@ -518,8 +524,40 @@ class SandboxedProcess:
         except (OSError, ValueError, IndexError):
             return None
 
+    def total_cpu_seconds(self) -> float | None:
+        """CPU time of everything in the sandbox: every process alive now (each with all its
+        threads) and every one that has ended and been waited for (counted in its parent's
+        children's time), read from /proc by the grader. What a grading's budget counts: a
+        submission's threads, children and grandchildren compute on its account too."""
+        ticks, found = 0, False
+        for pid in self.sandbox_pids():
+            try:
+                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
+                found = True
+            except (OSError, ValueError, IndexError):
+                continue  # it ended between the listing and the read
+        return ticks / os.sysconf("SC_CLK_TCK") if found else None
+
+    def main_thread_clock(self) -> tuple[float, float] | None:
+        """(seconds on a CPU, seconds waiting for one) of the main thread of the process that runs
+        `argv`, from /proc/<pid>/schedstat. Over an interval, its wall-clock time minus these two
+        is the time it was blocked: sleeping, or waiting for a read. That part is the submission's
+        own doing whatever the load (a busy machine adds to the time it waits *for a CPU*, which
+        is counted apart), so a budget of waiting can be charged to it. None where the kernel
+        keeps no scheduler statistics."""
+        pid = self.main_pid()
+        if pid is None:
+            return None
+        try:
+            run_ns, queue_ns, _ = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+            return int(run_ns) / 1e9, int(queue_ns) / 1e9
+        except (OSError, ValueError):
+            return None
+
     def alive(self) -> bool:
         return self.proc.poll() is None
+
 
     # ------------------------------------------------------------ measured from outside
     # What a check may rest on is read here, by the grader, from /proc: the sandboxed process
@@ -583,6 +621,90 @@ class SandboxedProcess:
             todo.extend(_children(pid))
         return found
 
+    # ------------------------------------------------------------ a file of its scratch folder
+    # What one sandbox hands the next (a checkpoint that a resumed run reads) is a named file of
+    # the private scratch folder, read and written here, from outside, through the sandbox's root
+    # in /proc. The folder's entries are the student's: a symbolic link there would be followed
+    # from the grader's own root, so none is followed, and only a plain file is read.
+
+    def scratch_folder(self) -> str:
+        """The private scratch folder (its working folder) as the process sees it."""
+        return "/scratch" if self.sandboxed else str(self.scratch)
+
+    def _open_scratch(self) -> int:
+        if self.sandboxed:
+            root = os.open(f"/proc/{self.init_pid}/root", os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                return os.open("scratch", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=root)
+            finally:
+                os.close(root)
+        return os.open(str(self.scratch), os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+    def read_scratch(self, name: str, limit: int) -> tuple[bytes | None, str | None]:
+        """(the bytes of the plain file `name` in its scratch folder, None), or (None, why not):
+        missing, a link or anything but a plain file, or over `limit` bytes."""
+        if not _plain_name(name):
+            return None, "not a plain file name"
+        try:
+            folder = self._open_scratch()
+        except OSError as err:
+            return None, f"the folder could not be read ({err.strerror})"
+        try:
+            # O_NONBLOCK: a FIFO left there opens at once (and is refused below) instead of waiting
+            fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY, dir_fd=folder)
+        except FileNotFoundError:
+            return None, "there is no such file"
+        except OSError as err:  # ELOOP: a symbolic link
+            return None, "it is not a plain file" if err.errno == errno.ELOOP else f"it cannot be read ({err.strerror})"
+        finally:
+            os.close(folder)
+        try:
+            info = os.fstat(fd)
+            if not stat.S_ISREG(info.st_mode):
+                return None, "it is not a plain file"
+            chunks, size = [], 0
+            while size <= limit:  # it may still grow (a thread of the student's): read no more than this
+                chunk = os.read(fd, min(1 << 20, limit + 1 - size))
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+            if size > limit or info.st_size > limit:
+                return None, f"it holds more than {limit:,} bytes"
+            return b"".join(chunks), None
+        except OSError as err:
+            return None, f"it cannot be read ({err.strerror})"
+        finally:
+            os.close(fd)
+
+    def write_scratch(self, name: str, data: bytes) -> str | None:
+        """Put a new plain file `name` holding `data` in its scratch folder: None, or why it failed.
+        Whatever is there under that name (the student's cells run first) is removed, not followed."""
+        if not _plain_name(name):
+            return "not a plain file name"
+        try:
+            folder = self._open_scratch()
+        except OSError as err:
+            return f"the folder could not be written ({err.strerror})"
+        try:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(name, dir_fd=folder)
+            # O_EXCL: a link made there meanwhile makes this fail rather than be followed
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644, dir_fd=folder)
+        except OSError as err:
+            return f"it could not be written ({err.strerror})"
+        finally:
+            os.close(folder)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+        except OSError as err:  # ENOSPC: the cells filled the folder
+            return f"it could not be written ({err.strerror})"
+        finally:
+            os.close(fd)
+        return None
+
     def kill(self, reap: bool = True) -> None:
         """Kill it and everything it started; nothing of the student's outlives this."""
         with contextlib.suppress(ProcessLookupError, PermissionError):
@@ -596,6 +718,30 @@ class SandboxedProcess:
         if self.scratch:
             shutil.rmtree(self.scratch, ignore_errors=True)
             self.scratch = None
+
+
+def own_thread_clock() -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds waiting for one) of the calling thread, from the scheduler's
+    statistics: while the grader itself runs or waits for a CPU, a worker waiting for it is
+    not waiting on its own account (see `blocked_seconds`)."""
+    try:
+        run_ns, queue_ns, _ = Path("/proc/thread-self/schedstat").read_text().split()
+        return int(run_ns) / 1e9, int(queue_ns) / 1e9
+    except (OSError, ValueError):
+        return None
+
+
+def blocked_seconds(wall: float, theirs: tuple, theirs_now: tuple, ours: tuple | None, ours_now: tuple | None,
+                    answering: float = 0.0) -> float:
+    """Seconds, of `wall`, in which a sandboxed thread was blocked on its own account: neither on
+    a CPU nor waiting for one (its clock went from `theirs` to `theirs_now`), nor waiting for the
+    grader, which was busy (its own clock, `ours` to `ours_now`) or answering it (`answering`
+    seconds, its time then not counted twice). What is left is time both were idle: a sleep, or
+    a read of something that never comes."""
+    spent = (theirs_now[0] - theirs[0]) + (theirs_now[1] - theirs[1]) + answering
+    if ours is not None and ours_now is not None:
+        spent += (ours_now[0] - ours[0]) + (ours_now[1] - ours[1])
+    return max(0.0, wall - spent)
 
 
 def _read_until_eof(fd: int, seconds: float) -> bytes:
@@ -616,6 +762,11 @@ def _read_until_eof(fd: int, seconds: float) -> bytes:
         if sum(map(len, chunks)) > 1 << 16:
             break
     return b"".join(chunks)
+
+
+def _plain_name(name: str) -> bool:
+    """A file name of one folder: no path, nothing that leaves the folder."""
+    return isinstance(name, str) and name not in ("", ".", "..") and "/" not in name and "\0" not in name
 
 
 def _children(pid: int) -> list[int]:

@@ -27,18 +27,22 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .budget import Budget, Meter
 from .sandbox import (
     Limits,
     SandboxedProcess,
     SandboxUnavailable,
     TimeLimitExceeded,
+    blocked_seconds,
     memory_cap,
+    own_thread_clock,
     quiet,
     sandbox_problem,
     time_limit,
 )
 from .submission import code_cells
 from .worker import channel
+from .worker.virtual_clock import Took, VirtualClock
 
 WORKER_DIR = Path(__file__).resolve().parent / "worker"
 CELL_SECONDS = 30.0  # nbgrader's own per-cell timeout
@@ -54,6 +58,9 @@ START_SECONDS = 120.0  # from starting the sandbox to the worker's hello (a seco
 START_ATTEMPTS = 3
 CALLBACK_MEMORY_BYTES = 1 << 30  # what one call of the grader's function may allocate here
 MAX_RESTARTS = 20
+# The largest file `Student.fresh_worker` carries from one worker to the next (a checkpoint): it is
+# read into the grader's memory, then written into the next sandbox's 128 MB scratch folder.
+CARRIED_FILE_BYTES = 16 << 20
 
 
 # ---------------------------------------------------------------- what a call gives back
@@ -79,6 +86,8 @@ class Outcome:
     # by the grader, "contained": whether nothing else could run in a new process meanwhile}
     # from a worker, or {"census": [[shape, count], ...] of the tensors created} from trusted code
     footprint: dict = field(default_factory=dict)
+    # the submission had used up its grading's budget (budget.py): `error` says so; nothing more runs
+    over_budget: bool = False
 
     @property
     def ok(self) -> bool:
@@ -134,7 +143,7 @@ class Student:
 
     def __init__(self, cells: list[tuple[str, str]], *, limits: Limits | None = None,
                  call_seconds: float = 5.0, cell_seconds: float = CELL_SECONDS, hidden: tuple[str, ...] = (),
-                 imports: tuple[str, ...] = ()):
+                 imports: tuple[str, ...] = (), budget: Budget | None = None):
         self.cells = cells
         self.limits = limits or Limits()
         self.call_seconds = call_seconds
@@ -149,6 +158,25 @@ class Student:
         self.restarts = 0
         self.callbacks: dict = {}  # the grader's functions one call may call back, by key
         self.remote: dict[int, RemoteModel] = {}  # by handle id: models whose layers run here
+        # What the submission's code has spent of its budget, in every worker it had (None: no budget).
+        self.meter = Meter(budget)
+        self._baseline: float | None = None  # the live worker's CPU time when the submission's code began
+
+    @property
+    def exhausted(self) -> str | None:
+        """Why nothing more of the submission's code runs: its budget is used up (or None)."""
+        return self.meter.exceeded
+
+    def usage(self) -> dict:
+        """The budget and what was spent of it, for the grading report."""
+        return self.meter.report(self._live_cpu())
+
+    def _live_cpu(self) -> float:
+        """CPU time the live worker has used on the submission's code (not on its own start)."""
+        if self.process is None or self._baseline is None:
+            return 0.0
+        used = self.process.total_cpu_seconds()
+        return max(0.0, used - self._baseline) if used is not None else 0.0
 
     @classmethod
     def open(cls, path: str | Path, **kwargs) -> Student:
@@ -160,8 +188,11 @@ class Student:
 
     def start(self) -> None:
         """A fresh worker that has run the submission's cells. Raises SandboxUnavailable when
-        no worker comes up (the machine's problem: it says nothing about the submission)."""
+        no worker comes up (the machine's problem: it says nothing about the submission). Once
+        the submission's budget is used up, nothing starts."""
         self.close()
+        if self.exhausted:
+            return
         self.generation += 1
         problem = "no attempt"
         for attempt in range(START_ATTEMPTS):
@@ -178,6 +209,8 @@ class Student:
         except WorkerFailed as err:  # no student code has run yet: this is the machine's doing
             self.close()
             raise SandboxUnavailable(f"the worker that runs the submission failed before running it: {err}") from None
+        # From here on, what the worker computes is the submission's (its start and imports were not).
+        self._baseline = self.process.total_cpu_seconds() or 0.0
         self._load()
 
     def _start_worker(self) -> str | None:
@@ -185,9 +218,10 @@ class Student:
         request_r, request_w = os.pipe()
         reply_r, reply_w = os.pipe()
         try:
-            # Inside the sandbox the worker sees its two files and nothing else of autograder/.
+            # Inside the sandbox the worker sees its own files and nothing else of autograder/.
             script = "/opt/grader-worker/main.py" if sandbox_problem() is None else str(WORKER_DIR / "main.py")
-            mounts = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}") for name in ("main.py", "channel.py"))
+            mounts = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}")
+                           for name in ("main.py", "channel.py", "virtual_clock.py"))
             argv = [sys.executable, "-I", "-B", script, str(request_r), str(reply_w)]
             self.process = SandboxedProcess(argv, limits=self.limits, pass_fds=(request_r, reply_w), mounts=mounts,
                                             hidden=self.hidden)
@@ -215,6 +249,9 @@ class Student:
                 reply, _ = self._request({"op": "exec", "label": label, "source": source,
                                           "seconds": self.cell_seconds}, [], self.cell_seconds)
             except WorkerFailed as err:
+                if self.exhausted:
+                    self._note(f"{label} was stopped: {self.exhausted}")
+                    return
                 self.skipped.add(index)
                 self._note(f"{label} {err}; it was skipped")
                 self._restart_quietly()
@@ -233,7 +270,11 @@ class Student:
         """A fresh worker that reruns the cells, skipping the ones that never finished.
 
         After MAX_RESTARTS the worker stays down: every later call fails at once with a
-        plain message, and the remaining checks score 0 rather than take forever."""
+        plain message, and the remaining checks score 0 rather than take forever; so it does
+        once the submission's budget is used up."""
+        if self.exhausted:
+            self.close()
+            return
         self.restarts += 1
         if self.restarts > MAX_RESTARTS:
             self.close()
@@ -247,6 +288,8 @@ class Student:
 
     def close(self) -> None:
         if self.process is not None:
+            self.meter.cpu += self._live_cpu()  # this worker's account is closed: read it before it goes
+            self._baseline = None
             self.process.kill()
             self.process = None
             for fd in (self.request_fd, self.reply_fd):
@@ -269,21 +312,54 @@ class Student:
 
         `seconds` is CPU time, the worker's (read from /proc, so nothing the worker says is
         believed), plus GRACE_SECONDS for its own alarm to act; code that waits instead is
-        stopped after IDLE_SECONDS without computing, or at the wall-clock backstop."""
+        stopped after IDLE_SECONDS without computing, or at the wall-clock backstop. Once the
+        submission's code has begun (after the worker's own start), every request also draws
+        on the run's budget (budget.py): the sandbox's CPU time, the grader's time answering
+        its callbacks, and the time its main thread spent blocked; past the budget the worker
+        is stopped and nothing more of the submission runs."""
+        if self.exhausted:
+            raise WorkerFailed(self.exhausted)
         if self.process is None or not self.process.alive():
             raise WorkerFailed("stopped: the process running your code had exited")
         self.next_rid += 1
         rid = self.next_rid
         wall = max(WALL_MIN_SECONDS, WALL_FACTOR * seconds)
-        deadline = time.monotonic() + wall
+        began = time.monotonic()
+        deadline = began + wall
         started = self.process.cpu_seconds()
-        progress = {"cpu": started, "at": time.monotonic()}
+        progress = {"cpu": started, "at": began}
+        metered = self.meter.budget is not None and self._baseline is not None
+        clock = self.process.main_thread_clock() if metered else None
+        ours = own_thread_clock() if metered else None
+        # wall-clock time spent here answering the worker's callbacks, less this thread's own time
+        # on (or waiting for) a CPU meanwhile, which `ours` counts already
+        answering = {"seconds": 0.0}
+        target = header.get("target") if isinstance(header.get("target"), dict) else {}
+        doing = (f"{header['label']} ran" if header.get("op") == "exec" else
+                 f"`{target['name']}` was being checked" if isinstance(target.get("name"), str) else "your code ran")
+
+        def blocked(now: float) -> float:
+            """Seconds the worker's main thread has been blocked on its own account during this
+            request (sandbox.blocked_seconds): not while this process was busy, answering it
+            or reading its reply, even on a machine so busy that this process waits for a CPU."""
+            current = self.process.main_thread_clock() if clock is not None else None
+            if current is None:
+                return 0.0  # no scheduler statistics here: waiting is not metered (README)
+            return blocked_seconds(now - began, clock, current, ours, own_thread_clock(), answering["seconds"])
+
+        # A request that ends within one patience tick is not metered while it runs: the next one
+        # is refused at once if this one's CPU time went over.
+        if metered and self.meter.over(self._live_cpu(), 0.0, doing):
+            self.close()
+            raise WorkerFailed(self.exhausted)
 
         def patience():
             used = self.process.cpu_seconds()
             now = time.monotonic()
             if started is not None and used is not None and used - started > seconds + GRACE_SECONDS:
                 raise channel.ChannelTimeout(f"did not finish within {seconds:g} s of computing time")
+            if metered and self.meter.over(self._live_cpu(), blocked(now), doing):
+                raise channel.ChannelTimeout(self.meter.exceeded)
             if used != progress["cpu"]:
                 progress.update(cpu=used, at=now)
             elif now - progress["at"] > IDLE_SECONDS:
@@ -296,11 +372,28 @@ class Student:
                 if reply.get("rid") != rid:
                     raise channel.ChannelError("a reply to another request")
                 if reply.get("op") == "callback":
-                    self._serve_callback(reply, reply_blobs, deadline, patience)
+                    at, cpu, active = time.monotonic(), time.process_time(), own_thread_clock()
+                    try:
+                        self._serve_callback(reply, reply_blobs, deadline, patience)
+                    finally:
+                        answering["seconds"] += time.monotonic() - at
+                        after = own_thread_clock()
+                        if active is not None and after is not None:
+                            answering["seconds"] -= (after[0] - active[0]) + (after[1] - active[1])
+                        if metered:  # the grader's work, done at the submission's request
+                            self.meter.cpu += time.process_time() - cpu
                     progress["at"] = time.monotonic()  # it was waiting for the grader meanwhile
+                    # Measured after every callback too: a submission that calls back without a
+                    # pause never leaves the channel idle long enough for a patience tick.
+                    patience()
                     continue
                 return reply, reply_blobs
         except channel.ChannelTimeout as err:
+            if self.exhausted:
+                self.meter.waiting += blocked(time.monotonic())
+                metered = False  # counted: the finally below has nothing more to add
+                self.close()
+                raise WorkerFailed(self.exhausted) from None
             if "computing time" in str(err):
                 why = str(err)
             else:  # waiting, not computing: idle too long, or past the wall-clock backstop
@@ -313,6 +406,9 @@ class Student:
         except channel.ChannelError as err:
             raise WorkerFailed(f"stopped: the process running your code sent something unreadable ({err})") \
                 from None
+        finally:
+            if metered and self.process is not None:
+                self.meter.waiting += blocked(time.monotonic())
 
     def _serve_callback(self, header, blobs, deadline, patience) -> None:
         key = header.get("fn")
@@ -337,10 +433,15 @@ class Student:
                 # allocate gigabytes here. Past the cap the reference fails, and so does that call.
                 with quiet(), time_limit(60.0), memory_cap(CALLBACK_MEMORY_BYTES):
                     value = fn(*args, **kwargs)
+                took = None
+                if isinstance(value, Took):  # how long the call took on the worker's virtual clock: it moves it
+                    took, value = value.seconds, value.value
                 if channel.payload_bytes(value) > channel.MAX_MESSAGE_BYTES // 2:  # checked before copying it
                     raise MemoryError("the result is larger than the grader sends back")
                 reply = {"ok": True, "value": channel.encode(value, reply_blobs),
                          "generator_states": channel.encode([g.get_state() for g in generators], reply_blobs)}
+                if took is not None:
+                    reply["advance"] = took
             except channel.ChannelError as err:
                 reply, reply_blobs = {"ok": False, "error": f"TypeError: {err}"}, []
             except MemoryError as err:
@@ -425,6 +526,8 @@ class Student:
                 reply, reply_blobs = self._request(header, blobs, seconds)
                 after = process.memory().get("peak") if measured else None
         except WorkerFailed as err:
+            if self.exhausted:  # nothing is run again: the rest of the run has no budget left
+                return Outcome(error=self.exhausted, timed_out=True, over_budget=True)
             timed_out = "did not finish" in str(err)
             self._restart_quietly()
             return Outcome(error=str(err), timed_out=timed_out, retry="computing time" not in str(err))
@@ -486,6 +589,15 @@ class Student:
         return self._call({"name": name}, args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
                           return_args=return_args, keep=keep, backward=backward, measure_memory=measure_memory)
 
+    def call_on_virtual_clock(self, name: str, *args, seconds: float | None = None, stubs: dict | None = None,
+                              forbid: tuple = (), **kwargs) -> Outcome:
+        """`call`, with the worker's clocks on a clock the grader moves, for this call alone
+        (worker/virtual_clock.py): a timer's answer is then what the grader's functions among the
+        arguments say their calls took (a `Took`), however busy the machine. The target carries
+        the flag, so that the request is built as every call's is."""
+        return self._call({"name": name, "clock": "virtual"}, args, kwargs, seconds=seconds, stubs=stubs,
+                          forbid=forbid)
+
     def record(self, **fields) -> Outcome:
         """A plain record (types.SimpleNamespace) of `fields`, held in the worker: a
         configuration that does not depend on the student's own config class."""
@@ -509,17 +621,22 @@ class Student:
         `torch.Generator`): something the student's function is handed, not the student's."""
         return self._call({"make": dotted}, args, kwargs, seconds=seconds, keep=True)
 
-    def remote_model(self, fields: dict, state: dict, spec: dict) -> Outcome:
+    def remote_model(self, fields: dict, state: dict, spec: dict, autograd: bool = False) -> Outcome:
         """The course's GPT with these weights, for the student's code to drive, its weights kept
         here: the worker holds a shell (worker/main.py: remote_gpt) whose every layer asks this
         process to compute it, and the calls named in `spec` are recorded (core.call_record).
         What the student's code does with the model is then seen here, call by call, whatever
-        it does in its own process. The outcome's value is a Handle."""
+        it does in its own process. With `autograd`, each layer's output is linked to its input
+        and parameters in the worker's autograd graph, as a real layer's is (see remote_gpt).
+        The outcome's value is a Handle."""
         from .core import trusted_gpt
 
-        model = RemoteModel(trusted_gpt(fields, state), dict(spec), key=len(self.remote) + 1)
+        # a key no model of this grading has had (handles of a worker that was replaced stay here)
+        key = max((m.key for m in self.remote.values()), default=0) + 1
+        model = RemoteModel(trusted_gpt(fields, state), dict(spec), key=key)
         blobs: list[bytes] = []
-        header = {"op": "remote_model", "fields": channel.encode(dict(fields), blobs), "key": model.key}
+        header = {"op": "remote_model", "fields": channel.encode(dict(fields), blobs), "key": model.key,
+                  "autograd": bool(autograd)}
         try:
             reply, reply_blobs = self._request(header, blobs, self.call_seconds)
         except WorkerFailed as err:
@@ -537,6 +654,43 @@ class Student:
     def remote_state(self, handle: Handle) -> tuple[dict, dict]:
         model = self.remote[handle.id].model
         return model.state_dict(), {name: p.grad for name, p in model.named_parameters()}
+
+    # ------------------------------------------------------------ a new process, as a resumed job's
+
+    def scratch_folder(self) -> str:
+        """The worker's private scratch folder as it sees it, with a trailing slash: where a file
+        that `fresh_worker` carries over is written."""
+        return (self.process.scratch_folder() if self.process is not None else "/scratch") + "/"
+
+    def fresh_worker(self, names: tuple[str, ...], limit: int = CARRIED_FILE_BYTES) -> dict[str, str]:
+        """Go on in a fresh worker that has run the submission's cells again, as a job resumed
+        after a restart would, holding the files `names` of this worker's scratch folder and
+        nothing else of this worker: each is read here, from outside the worker (a plain file of at
+        most `limit` bytes: never unpickled, nor run), and written into the new worker's scratch
+        folder once its cells have run. The new worker has its own /tmp, /scratch and /dev/shm,
+        network and IPC; its environment is the grader's; the old one is killed first, and the
+        handles it held are void (`generation`). It is not a restart: it counts as none.
+
+        Returns {name: why that file stayed behind} for each that did not cross."""
+        left: dict[str, str] = {}
+        carried: dict[str, bytes] = {}
+        for name in names:
+            if self.process is None or not self.process.alive():
+                left[name] = "the process that was to write it had stopped"
+                continue
+            data, why = self.process.read_scratch(name, limit)
+            if data is None:
+                left[name] = why or "it could not be read"
+            else:
+                carried[name] = data
+        if self.process is None and self.restarts > MAX_RESTARTS:
+            return {name: "your code's process stays down (see the notes)" for name in names}
+        self.start()
+        for name, data in carried.items():
+            why = self.process.write_scratch(name, data) if self.process is not None else "no process took it"
+            if why is not None:
+                left[name] = why
+        return left
 
 
 class RemoteModel:
@@ -597,6 +751,12 @@ class InProcessStudent:
         return self._run(self.namespace[name], args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
                          return_args=return_args, keep=keep, backward=backward, census=measure_memory)
 
+    def call_on_virtual_clock(self, name: str, *args, seconds: float | None = None, stubs: dict | None = None,
+                              forbid: tuple = (), **kwargs) -> Outcome:
+        """`call` on a virtual clock of this process, the same clock the worker's is (see Student's)."""
+        return self._run(self.namespace[name], args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
+                         clock=VirtualClock())
+
     def new(self, class_name: str, *args, seconds: float | None = None, stubs: dict | None = None,
             forbid: tuple = (), **kwargs) -> Outcome:
         return self._run(self.namespace[class_name], args, kwargs, seconds=seconds, stubs=stubs, forbid=forbid,
@@ -612,8 +772,9 @@ class InProcessStudent:
 
         return self._run(trusted_factory(dotted), args, kwargs, seconds=seconds, keep=True)
 
-    def remote_model(self, fields: dict, state: dict, spec: dict) -> Outcome:
-        """Trusted code here: the real model, watched by hooks (core.install_watch)."""
+    def remote_model(self, fields: dict, state: dict, spec: dict, autograd: bool = False) -> Outcome:
+        """Trusted code here: the real model (autograd-linked as it is), watched by hooks
+        (core.install_watch)."""
         from .core import install_watch, trusted_gpt
 
         handle = LocalHandle(self, trusted_gpt(fields, state))
@@ -627,8 +788,13 @@ class InProcessStudent:
     def remote_state(self, handle: LocalHandle) -> tuple[dict, dict]:
         return handle.obj.state_dict(), {name: p.grad for name, p in handle.obj.named_parameters()}
 
+    def fresh_worker(self, names: tuple[str, ...], limit: int = CARRIED_FILE_BYTES) -> dict[str, str]:
+        """Nothing: the course's own code keeps nothing between its calls that a new process would
+        lose, and it writes its files to a real folder of this process's (see Student.fresh_worker)."""
+        return {}
+
     def _run(self, fn, args, kwargs, *, seconds=None, stubs=None, forbid=(), return_args=False, keep=False,
-             backward=None, census=False) -> Outcome:
+             backward=None, census=False, clock: VirtualClock | None = None) -> Outcome:
         import contextlib
 
         from .core import TensorCensus
@@ -645,7 +811,10 @@ class InProcessStudent:
             # process's CPU time, every thread of it (PyTorch's own among them): generous.
             with quiet(), time_limit(max(seconds or 0.0, 60.0)):
                 with counter.mode() if counter is not None else contextlib.nullcontext():
-                    value = fn(*args, **kwargs)
+                    if clock is not None:
+                        value = clock.run(fn, args, kwargs, namespaces=(self.namespace,))
+                    else:
+                        value = fn(*args, **kwargs)
                 if backward is not None:
                     value.backward(round_trip(backward))
         except TimeLimitExceeded:

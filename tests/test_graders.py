@@ -114,21 +114,30 @@ def submission_files(prefix: str):
 def test_correct_implementations_written_differently_get_full_marks(unit, path):
     # Every part, in the sandboxed worker, as the hidden tests grade it (the command line around
     # them is tested on unit 01 above, and on every reference by validate and the sample class).
-    checks = grade_parts_in_worker(unit, path, [p.name for p in UNITS[unit].parts])
+    usage = {}
+    checks = grade_parts_in_worker(unit, path, [p.name for p in UNITS[unit].parts], usage)
     failed = [c["message"] for c in checks if not c["passed"]]
     assert sum(c["points"] for c in checks) == UNITS[unit].points, failed
+    # Far inside the run's budget (autograder/budget.py), which is sized from the reference's cost:
+    # a correct answer written otherwise must never come near it.
+    budget = UNITS[unit].budget
+    assert usage["cpu_seconds"] <= budget.cpu_seconds / 2 and usage["waiting_seconds"] <= budget.waiting_seconds / 2, \
+        usage
 
 
-def grade_parts_in_worker(unit: str, path: Path, parts) -> list[dict]:
+def grade_parts_in_worker(unit: str, path: Path, parts, usage: dict | None = None) -> list[dict]:
     """Grade `parts` of a submission in a sandboxed worker, as `course.py check` does (without
-    the pytest process around it: a wrong answer only needs the parts its mistake is in)."""
+    the pytest process around it: a wrong answer only needs the parts its mistake is in), within
+    the unit's budget; `usage` receives what the submission spent of it."""
     spec = UNITS[unit]
     student = Student.open(path, hidden=tuple(str(ROOT / name) for name in spec.hidden),
-                           imports=spec.worker_imports)
+                           imports=spec.worker_imports, budget=spec.budget)
     try:
         return [r.to_json() for part in parts for r in grade_part(spec, part, student)]
     finally:
         student.close()
+        if usage is not None:
+            usage.update(student.usage())
 
 
 @pytest.mark.parametrize(("unit", "path"), submission_files("wrong"), ids=lambda v: getattr(v, "name", v))

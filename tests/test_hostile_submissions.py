@@ -138,6 +138,11 @@ def attacks(course: Path) -> dict[str, tuple[str, str, float | str]]:
                             "def softmax(x, axis=-1):\n    hog = np.ones(10**11)\n    return _good(x, axis)",
                             FULL - UNITS[UNIT].part("softmax").points),
         "resource_exit": ("reference", "import os\nos._exit(1)", FULL),
+        # cells that wait inside every per-cell limit (some 40 ms of computing every 8 s, for 105 s;
+        # more than the kernel's 10 ms tick of CPU accounting, which the no-progress rule reads):
+        # the run's budget of waiting ends it, and the parts never reached cost 0
+        "resource_waiting": ("reference", "import time\nfor _ in range(13):\n    time.sleep(8)\n"
+                             "    sum(range(2_000_000))", 0),
         "resource_no_interrupt": ("reference", "import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
                                   "signal.signal(signal.SIGALRM, signal.SIG_IGN)\nwhile True:\n    pass", FULL),
         # the channel between worker and grader
@@ -243,8 +248,10 @@ def hostile_class(tmp_path_factory):
     course.create()
     course.generate_assignment(UNIT)
     maker = SampleMaker(UNIT, course.release / UNIT / NAME)
-    expected = {}
+    expected, released = {}, set()  # released: built on the release, so no reference code of their own
     for student, (base, attack, score) in attacks(course.path).items():
+        if base == "release":
+            released.add(student)
         nb = maker.notebook(maker.answers if base == "reference" else None)
         at = max(i for i, c in enumerate(nb.cells) if nbgrader_meta(c).get("solution"))
         nb.cells.insert(at + 1, code(attack))  # after the last solution cell, before its checks
@@ -261,6 +268,8 @@ def hostile_class(tmp_path_factory):
         content, score = tampered(maker, student)
         course.submit(student, UNIT, content, NAME)
         expected[student] = score
+        if score == 0:  # the tampered notebooks that earn nothing are the release's
+            released.add(student)
     # the canary: graded last (nbgrader goes in name order), its files must come out intact
     canary = course.submit("zed", UNIT, _write(course.path / "incoming" / "zed" / NAME, maker.notebook(maker.answers)),
                            NAME)
@@ -276,7 +285,8 @@ def hostile_class(tmp_path_factory):
             except Exception:  # noqa: BLE001 - not graded at all
                 scores[student] = None
     leftovers = subprocess.run(["pgrep", "-f", MARKER], capture_output=True, text=True).stdout.split()
-    return {"course": course, "expected": expected, "scores": scores, "before": before, "canary": canary,
+    return {"course": course, "expected": expected, "released": released, "scores": scores, "before": before,
+            "canary": canary,
             "log": proc.stdout + proc.stderr, "leftovers": leftovers}
 
 
@@ -319,7 +329,7 @@ def test_feedback_is_inert_and_holds_no_hidden_code(hostile_class, student):
     assert not re.search(r"<script[^>]*>[^<]*pwned", html), student
     for bad in ("<img src=x onerror", "BEGIN HIDDEN TESTS", "autograder/tests", "### BEGIN SOLUTION"):
         assert bad not in html, (student, bad)
-    if hostile_class["expected"][student] == 0:  # built on the release: no reference code of its own
+    if student in hostile_class["released"]:  # built on the release: no reference code of its own
         # a comment of the reference's (one span in the highlighted HTML, so a plain search finds it)
         assert "forbidden pairs get exactly zero weight" not in html, student
     assert "points" in html
@@ -336,6 +346,8 @@ def test_each_attack_is_told_what_happened_in_plain_words(hostile_class):
     assert "NotImplementedError" in outputs("forge_transformer")
     assert "cannot read" in outputs("channel_objects") or "expected" in outputs("channel_objects")
     assert "raised" in outputs("steal_reference")
+    waiting = UNITS[UNIT].budget.waiting_seconds
+    assert f"used up this grading's budget of {waiting:g} s of waiting" in outputs("resource_waiting")
 
 
 def test_garbled_kernel_sockets_stop_nobody_else(tmp_path):

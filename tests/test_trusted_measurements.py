@@ -111,6 +111,102 @@ def train(config, steps, device=None, model=None, batch_size=16, lr=3e-3, seed=0
     return [first - 2.5 * (1 - 0.97 ** step) for step in range(steps)]
 """
 
+# unit 08: a checkpoint that never leaves the process: deep copies kept in a module-level dict, no
+# file written, read back by load_checkpoint (a round trip and a resume in one process pass)
+SAVE_IN_MEMORY = """
+_KEPT = {}
+
+def save_checkpoint(path, model, optimizer, step, **state):
+    _KEPT[path] = copy.deepcopy({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                                 "state": state, "rng": (random.getstate(), np.random.get_state(),
+                                                         torch.get_rng_state())})
+"""
+
+LOAD_IN_MEMORY = """
+def load_checkpoint(path, model, optimizer):
+    kept = copy.deepcopy(_KEPT[path])
+    model.load_state_dict(kept["model"])
+    optimizer.load_state_dict(kept["optimizer"])
+    random.setstate(kept["rng"][0])
+    np.random.set_state(kept["rng"][1])
+    torch.set_rng_state(kept["rng"][2])
+    return kept["step"], kept["state"]
+"""
+
+# unit 08: the real checkpoint written beside the file asked for (elsewhere in /scratch, in /tmp,
+# in /dev/shm and in the environment), a decoy at the path itself, and read back from there
+SAVE_BESIDE = """
+import base64, io, os
+
+def _places(path):
+    name = os.path.basename(path)
+    return [os.path.join(os.path.dirname(path), "kept-" + name), "/tmp/kept-" + name, "/dev/shm/kept-" + name]
+
+def save_checkpoint(path, model, optimizer, step, **state):
+    buffer = io.BytesIO()
+    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step, "state": state,
+                "rng": (random.getstate(), np.random.get_state(), torch.get_rng_state())}, buffer)
+    for place in _places(path):
+        with open(place, "wb") as f:
+            f.write(buffer.getvalue())
+    os.environ["KEPT_" + str(abs(hash(path)))] = base64.b64encode(buffer.getvalue()).decode()
+    with open(path, "w") as f:
+        f.write("see beside")
+"""
+
+LOAD_BESIDE = """
+def load_checkpoint(path, model, optimizer):
+    found = [place for place in _places(path) if os.path.exists(place)]
+    if found:
+        checkpoint = torch.load(found[0], weights_only=False)
+    else:
+        kept = os.environ["KEPT_" + str(abs(hash(path)))]
+        checkpoint = torch.load(io.BytesIO(base64.b64decode(kept)), weights_only=False)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    random.setstate(checkpoint["rng"][0])
+    np.random.set_state(checkpoint["rng"][1])
+    torch.set_rng_state(checkpoint["rng"][2])
+    return checkpoint["step"], checkpoint["state"]
+"""
+
+# ... and the same code without the trick: a save that writes no file, and a load of the file
+SAVE_NOTHING = """
+def save_checkpoint(path, model, optimizer, step, **state):
+    pass
+"""
+
+LOAD_THE_FILE = """
+def load_checkpoint(path, model, optimizer):
+    checkpoint = torch.load(path, weights_only=False)
+    model.load_state_dict(checkpoint["model"])
+    optimizer.load_state_dict(checkpoint["optimizer"])
+    random.setstate(checkpoint["rng"][0])
+    np.random.set_state(checkpoint["rng"][1])
+    torch.set_rng_state(checkpoint["rng"][2])
+    return checkpoint["step"], checkpoint["state"]
+"""
+
+# unit 08: an evaluation with autograd on that runs 16 windows at a time whatever batch_size says,
+# calling .item() at once: each batch's graph is freed before the next, so little memory shows
+EVAL_16_AT_A_TIME = """
+def evaluate(model, data, batch_size, context_length):
+    C = context_length
+    data = torch.as_tensor(data, dtype=torch.long)
+    starts = list(range(0, len(data) - C, C))
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for first in range(0, len(starts), 16):
+        batch = starts[first:first + 16]
+        x = torch.stack([data[i:i + C] for i in batch])
+        y = torch.stack([data[i + 1:i + C + 1] for i in batch])
+        total += cross_entropy(model(x), y).item() * y.numel()
+        count += y.numel()
+    model.train(was_training)
+    return total / count
+"""
+
 
 def with_parts(unit: str, replacements: dict[str, str]) -> list[tuple[str, str]]:
     """The reference solution of `unit`'s code cells, each named part's definition replaced."""
@@ -132,6 +228,42 @@ def graded(unit: str, part: str, replacement: str) -> dict:
     with student:
         student.start()
         return {r.name.split("/", 1)[1]: r for r in grade_part(spec, part, student, name_mistakes=False)}
+
+
+CHECKPOINT_PARTS = ("save_checkpoint", "load_checkpoint", "train_loop")
+
+
+def checkpoint_points(save: str, load: str) -> tuple[float, dict]:
+    """Unit 08's checkpoint parts and train_loop (whose resume reads the checkpoint), graded in one
+    worker with these save_checkpoint and load_checkpoint: (the points, {check name: message})."""
+    spec = UNITS["08_training"]
+    student = Student(with_parts("08_training", {"save_checkpoint": save, "load_checkpoint": load}),
+                      hidden=tuple(str(ROOT / h) for h in spec.hidden), imports=spec.worker_imports)
+    with student:
+        student.start()
+        results = [r for part in CHECKPOINT_PARTS for r in grade_part(spec, part, student, name_mistakes=False)]
+    return sum(r.points for r in results), {r.name: r.message for r in results if r.points}
+
+
+@pytest.fixture(scope="module")
+def checkpoint_without_the_trick():
+    """What the checkpoint attacks below earn without their trick: a save that writes nothing."""
+    points, _ = checkpoint_points(SAVE_NOTHING, LOAD_THE_FILE)
+    return points
+
+
+@pytest.mark.parametrize(("save", "load"), [(SAVE_IN_MEMORY, LOAD_IN_MEMORY), (SAVE_BESIDE, LOAD_BESIDE)],
+                         ids=["kept_in_memory", "kept_beside_the_file"])
+def test_a_checkpoint_kept_anywhere_but_its_file_earns_no_more_than_none(save, load, checkpoint_without_the_trick):
+    points, passed = checkpoint_points(save, load)
+    assert points <= checkpoint_without_the_trick, (points, checkpoint_without_the_trick, passed)
+
+
+def test_an_evaluation_that_ignores_batch_size_loses_the_no_gradients_point_whatever_its_memory():
+    evaluate = graded("08_training", "evaluate", EVAL_16_AT_A_TIME)
+    assert evaluate["ragged"].passed  # the loss itself is right: only the batches are not
+    assert not evaluate["no_gradients"].passed and "batch_size" in evaluate["no_gradients"].message, \
+        evaluate["no_gradients"].message
 
 
 @pytest.mark.parametrize("code", [FLASH_IN_NUMPY, FLASH_IN_A_THREAD], ids=["numpy", "thread"])

@@ -119,6 +119,30 @@ def look():
     assert not (ROOT / "planted.txt").exists()
 
 
+@needs_sandbox
+def test_the_sandbox_imports_the_course_package_of_the_folder_it_grades_from(tmp_path):
+    """A course folder moved after `.venv/` was made: the environment's editable install of
+    coursekit still points at the old folder, which the sandbox does not show (here: this
+    checkout, graded from a copy). The worker imports coursekit from the folder it grades from."""
+    import os
+    import shutil
+
+    copy = tmp_path / "moved_course"
+    for name in ("autograder", "coursekit"):
+        shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    answer = "import coursekit.gpt\\ndef where():\\n    return coursekit.gpt.__file__\\n"
+    script = ("from autograder.student import Student\n"
+              f"s = Student([('answer', '{answer}')])\n"
+              "s.start()\n"
+              "print(repr((s.call('where').value, s.notes)))\n"
+              "s.close()\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=copy, capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(copy)})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    where, notes = eval(proc.stdout.strip().splitlines()[-1])  # noqa: S307 - our own script's repr
+    assert notes == [] and where == str(copy / "coursekit" / "gpt.py"), (where, notes)
+
+
 def test_without_the_sandbox_grading_still_runs_and_says_so_loudly(monkeypatch, capsys):
     monkeypatch.setattr(sandbox, "sandbox_problem", lambda: "bubblewrap disabled for this test")
     monkeypatch.setattr("autograder.student.sandbox_problem", sandbox.sandbox_problem)

@@ -10,11 +10,15 @@ attention results are also checked against an oracle written here in float64.
   input-sized tensors need a few. Whatever builds the scores (PyTorch, NumPy, a thread) shows.
   The catalogued variants, which are the course's own code, show theirs by a census of the
   tensors they create.
-- `time_fn` is handed a function of the grader's whose calls take known, different times
-  (a callback that sleeps here), so the median, the warm-up and the per-call division show; and
-  once a `coursekit.simulated_gpu.SimulatedGPU`, built where the timer runs, whose calls only queue
-  work that `torch.cuda.synchronize` waits for, with an argument that says it is on a CUDA device:
-  a timer that does not synchronise measures next to nothing.
+- `time_fn` is handed a function of the grader's whose calls take known, different times, so the
+  median, the warm-up and the per-call division show; and once a
+  `coursekit.simulated_gpu.SimulatedGPU`, built where the timer runs, whose calls only queue work
+  that `torch.cuda.synchronize` waits for, with an argument that says it is on a CUDA device: a
+  timer that does not synchronise measures nothing. The timer runs on a clock the grader controls
+  (`autograder/worker/virtual_clock.py`): the clocks it reads stand still but for what the
+  grader's function says each call took (the grader keeps the function and counts its calls) and
+  for the simulated GPU's waits, so its answer is exact, however busy the machine, and so are the
+  catalogued variants' (run here on the same clock). It is compared exactly, to float rounding.
 - `train` trains the course's own GPT (`coursekit.gpt.GPT`, built in the worker from a start the
   grader chose) for a few steps on the CPU. The trained weights then cross to the grader as data,
   and every facet is the grader's own measurement on them: the training loss before and after
@@ -53,6 +57,7 @@ from ..core import (
     facet_oracle,
 )
 from ..sandbox import quiet
+from ..worker.virtual_clock import Took
 
 UNIT_NAME = "07_flash_training"
 MODEL = "coursekit.gpt.GPT"
@@ -182,7 +187,9 @@ def diagnose_structure(result, expected) -> str | None:
 
 
 class KnownDurations:
-    """A function whose calls take the given durations in turn (it sleeps here, in the grader)."""
+    """A function whose calls take the given durations in turn, on the virtual clock the timer runs
+    on: each call returns a `Took`, which moves that clock by its duration (and the call returns
+    None to the timer). It stays here, in the grader, which counts its calls."""
 
     def __init__(self, seconds: list[float]):
         self.seconds, self.calls = list(seconds), 0
@@ -190,8 +197,7 @@ class KnownDurations:
     def __call__(self, *args):
         duration = self.seconds[min(self.calls, len(self.seconds) - 1)]
         self.calls += 1
-        time.sleep(duration)
-        return None
+        return Took(duration)
 
 
 # warm-up calls are slow (caches, allocation); the timed ones have one slow outlier
@@ -215,22 +221,25 @@ def time_probe(api, inputs: Inputs):
         return simulated_gpu_probe(api, inputs)
     fn = KnownDurations(inputs.kwargs["durations"])
     if inputs.kwargs["positional"]:  # extra arguments are passed on to fn
-        value = api.call("time_fn", fn, torch.zeros(2), "x", warmup=inputs.kwargs["warmup"],
-                         repeats=inputs.kwargs["repeats"])
+        value = api.call_on_virtual_clock("time_fn", fn, torch.zeros(2), "x", warmup=inputs.kwargs["warmup"],
+                                          repeats=inputs.kwargs["repeats"])
     else:
-        value = api.call("time_fn", fn, warmup=inputs.kwargs["warmup"], repeats=inputs.kwargs["repeats"])
+        value = api.call_on_virtual_clock("time_fn", fn, warmup=inputs.kwargs["warmup"],
+                                          repeats=inputs.kwargs["repeats"])
     return {"seconds": value, "calls": fn.calls}
 
 
 def simulated_gpu_probe(api, inputs: Inputs):
     """time_fn on work that runs asynchronously: a `SimulatedGPU` (coursekit), built where the
     timer runs, whose calls only queue their durations and whose torch.cuda.synchronize waits for
-    them; the argument is a tensor that says it is on a CUDA device. Only a timer that synchronises
-    sees the durations."""
+    them (on the virtual clock: it moves the clock to the end of the queued work); the argument is
+    a tensor that says it is on a CUDA device. Only a timer that synchronises sees the durations:
+    one that does not measures launches, which take no time."""
     gpu = api.given(SIMULATED_GPU, inputs.kwargs["durations"])  # torch.cuda is faked until restore()
     try:
         tensor = api.method(gpu, "on_device", keep=True)
-        value = api.call("time_fn", gpu, tensor, warmup=inputs.kwargs["warmup"], repeats=inputs.kwargs["repeats"])
+        value = api.call_on_virtual_clock("time_fn", gpu, tensor, warmup=inputs.kwargs["warmup"],
+                                          repeats=inputs.kwargs["repeats"])
         calls = api.attr(gpu, "calls")
     finally:
         try:
@@ -245,10 +254,21 @@ def time_oracle(inputs: Inputs):
     middle = [timed[len(timed) // 2]] if len(timed) % 2 else [timed[len(timed) // 2 - 1], timed[len(timed) // 2]]
     # with an even count, either middle value is the contract's median, and so is their mean
     return {"seconds": float(np.median(timed)), "accept": sorted(set(middle) | {float(np.median(timed))}),
-            "calls": len(inputs.kwargs["durations"])}
+            "calls": len(inputs.kwargs["durations"]), "shortest": timed[0]}
 
 
-TIME_TOLERANCE = 0.02  # seconds: sleep and a callback's round trip overshoot, by more on a busy machine
+# On the virtual clock a right answer is exact but for the float rounding of the clock readings:
+# time.time() at today's dates is a float of about 1.7e9 seconds, which moves in steps of 0.24 us,
+# and an answer in milliseconds (a catalogued mistake's) carries a thousand times that. Any two of
+# the answers told apart here differ by 10 ms at least; the machine's load changes none of them.
+TIME_ABSOLUTE, TIME_RELATIVE = 1e-6, 1e-5
+CLOCKS_TO_USE = ("time your calls with time.perf_counter() (or perf_counter_ns(), time.monotonic(), time.time(), "
+                 "timeit.default_timer()): the grader runs fn on a clock of its own, which those read and "
+                 "datetime.now() or CPU-time clocks such as time.process_time() do not")
+
+
+def same_time(got: float, want: float) -> bool:
+    return abs(got - want) <= TIME_ABSOLUTE + TIME_RELATIVE * abs(want)
 
 
 def diagnose_time(result, expected) -> str | None:
@@ -259,14 +279,16 @@ def diagnose_time(result, expected) -> str | None:
         return f"time_fn returned {describe(seconds)}, expected a number of seconds"
     if result.get("calls") != expected["calls"]:
         return (f"fn was called {result.get('calls')} times, expected {expected['calls']} (warmup + repeats)")
+    # A catalogued mistake's answer (no "accept": compared with the student's) is exact too.
     accept = expected.get("accept") or [expected["seconds"]]
-    # The absolute margin covers sleep's overshoot on short times; a sum of several sleeps overshoots
-    # more: 10% of it. A catalogued mistake's answer (no "accept": compared with the student's) may
-    # carry that overshoot in other units (milliseconds: 1000 times as large): 25% of it.
-    relative = 0.1 if "accept" in expected else 0.25
-    if all(abs(seconds - want) > max(TIME_TOLERANCE, relative * abs(want)) for want in accept):
+    if all(not same_time(seconds, want) for want in accept):
         wanted = " or ".join(f"{want * 1000:.1f}" for want in accept)
-        return f"returned {seconds * 1000:.1f} ms, expected about {wanted} ms"
+        problem = f"returned {seconds * 1000:.1f} ms, expected {wanted} ms"
+        if 0 < seconds < expected.get("shortest", 0) / 2:
+            # Less than any call takes, yet not nothing: no reading of the grader's clock gives that
+            # (on it, only fn's calls and the GPU's work take time), a clock it does not move does.
+            problem += f": probably a clock the grader does not control; {CLOCKS_TO_USE}"
+        return problem
     return None
 
 
@@ -834,6 +856,8 @@ UNIT = Unit(
     # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
     # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
     cell_seconds=15,
+    reference_cpu_seconds=7,  # 6.98 s measured (core.Unit.reference_cpu_seconds)
+    notebook_cpu_seconds=6,  # 5.14 s measured (core.Unit.notebook_cpu_seconds)
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
     sample_bug=SampleBug("flash_attention", "acc = acc * correction + p @ vj", "acc = acc + p @ vj",

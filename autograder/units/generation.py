@@ -1112,6 +1112,8 @@ UNIT = Unit(
     # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
     # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
     cell_seconds=15,
+    reference_cpu_seconds=3.5,  # 3.09 s measured (core.Unit.reference_cpu_seconds)
+    notebook_cpu_seconds=3,  # 2.59 s measured (core.Unit.notebook_cpu_seconds)
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
     sample_bug=SampleBug("generate_cached", "torch.arange(start, end, device=tokens.device)",

@@ -1205,6 +1205,8 @@ UNIT = Unit(
     # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
     # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
     cell_seconds=15,
+    reference_cpu_seconds=2.5,  # 2.36 s measured (core.Unit.reference_cpu_seconds)
+    notebook_cpu_seconds=4,  # 4 s measured (core.Unit.notebook_cpu_seconds)
     parts=PARTS,
     misconceptions=MISCONCEPTIONS,
     # The course's finished GPT (for units 06 and 07) is what this unit asks students to write:

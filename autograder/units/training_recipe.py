@@ -16,10 +16,15 @@ checks and misconceptions.
   the value it returns is compared with the grader's own float64 measurement of the same
   weights on the same windows, and the grader sees each layer's mode (training or eval) on
   every call, during the evaluation and on a forward pass after it. Whether gradients were
-  kept is seen from outside the student's process: the worker's peak memory during an
-  evaluation of a deep, wide model (`memory_call`) is a fraction of what an autograd graph of
-  that forward pass holds. Trusted code (the reference, a catalogued variant) shows it from
-  inside, by the grad mode its model's forward pass ran in.
+  kept is seen from outside the student's process, on a deep remote model whose layers are
+  also linked into the worker's autograd graph as a real model's are (`remote_model(autograd=
+  True)`, for this check only): the grader's record of every layer call's input shape must
+  show forward passes of `min(batch_size, windows left)` windows, every layer run once per
+  batch (an evaluation that keeps the graph but runs a few windows at a time, whatever
+  batch_size says, frees it before it shows), and then the worker's peak memory during the
+  evaluation (`memory_call`, from /proc) must be a fraction of what an autograd graph of that
+  forward pass holds. Trusted code (the reference, a catalogued variant) shows its batches by
+  hooks, and its grad mode from inside, by the mode its forward pass ran in.
 """
 
 from __future__ import annotations
@@ -411,11 +416,16 @@ def clip_with(per_tensor=False, norm_after=False, copy=False, no_min=False, squa
 # ---------------------------------------------------------------- evaluate
 
 EVAL_FIELDS = dict(vocab_size=32, context_length=8, d_model=16, n_layers=1, n_heads=2, d_ff=None, tie_weights=False)
-# Deep and wide, on 256 short windows in one batch: an autograd graph of that forward pass keeps
-# 2 x n_layers tensors of (256, 8, d_ff) for the backward pass (134 MB in float32); without
-# gradients the pass holds a few of them at a time (about 20 MB measured). Short windows keep an
-# evaluation over overlapping windows (stride 1) to 8 times the work, not 128 times.
-GRAD_FIELDS = dict(vocab_size=64, context_length=8, d_model=32, n_layers=8, n_heads=2, d_ff=1024, tie_weights=True)
+# Deep, on 256 short windows in one batch, its layers computed by the grader (no_grad_probe): an
+# autograd graph of that forward pass keeps 2 x n_layers tensors of (256, 4, d_ff), each block's
+# GELU input and the input of the layer after it (64 MiB in float32; 86 MB measured, everything
+# else included); without gradients the worker holds one of them at a time, and the copies that
+# carry it to the grader and back (8 MB measured, the line at 32). Many narrow blocks rather than
+# a few wide ones: that transient grows with a block's width, the graph with the number of blocks.
+# Every layer's input and output crosses the channel, so the work is the volume of the graph
+# (0.6 s of the worker's CPU, as much of the grader's); windows of 4 keep an evaluation over
+# overlapping windows (stride 1) to 4 times that.
+GRAD_FIELDS = dict(vocab_size=64, context_length=4, d_model=32, n_layers=16, n_heads=2, d_ff=512, tie_weights=True)
 GRAD_WINDOWS = 256
 # The course GPT's own initialisation gives near-uniform predictions: its loss is about log(vocab_size)
 # (4.16 nats here; within a few hundredths), whatever windows are measured. A returned loss this close
@@ -540,10 +550,18 @@ def eval_mode_probe(api, inputs: Inputs):
 
 def grad_inputs():
     def make(rng):
+        from coursekit.gpt import GPT
+
         C = GRAD_FIELDS["context_length"]
         data = torch.from_numpy(rng.integers(0, GRAD_FIELDS["vocab_size"], GRAD_WINDOWS * C + 1)).long()
-        warm = torch.from_numpy(rng.integers(0, GRAD_FIELDS["vocab_size"], 4 * C + 1)).long()
-        return Inputs((), {"data": data, "warm": warm})
+        # one batch of 2 windows: every layer, and the channel, called once before the measured run
+        warm = torch.from_numpy(rng.integers(0, GRAD_FIELDS["vocab_size"], 2 * C + 1)).long()
+        with torch.random.fork_rng(devices=[]):  # the course's own initialisation, from the check's seed
+            torch.manual_seed(int(rng.integers(0, 2**31)))
+            model = GPT(types.SimpleNamespace(**GRAD_FIELDS))
+        layers = [name for name, m in model.named_modules()
+                  if isinstance(m, torch.nn.Linear | torch.nn.Embedding | torch.nn.LayerNorm)]
+        return Inputs((), {"data": data, "warm": warm, "state": model.state_dict(), "layers": layers})
 
     return make
 
@@ -555,14 +573,48 @@ def graph_bytes() -> int:
     return 2 * f["n_layers"] * GRAD_WINDOWS * f["context_length"] * f["d_ff"] * 4
 
 
+def layer_batches(records: list) -> dict[str, list[int]]:
+    """The windows of every call of each layer, in order: the first dimension of its input, ids (b, C)
+    or activations (b, C, d) (the position embedding's input, (C,), has none)."""
+    seen: dict[str, list[int]] = {}
+    for record in records:
+        shape = record.get("shape") if isinstance(record, dict) else None
+        if isinstance(shape, list) and len(shape) >= 2 and isinstance(shape[0], int):
+            seen.setdefault(str(record.get("module")), []).append(int(shape[0]))
+    return seen
+
+
+def follows_batch_size(seen: dict[str, list[int]], batch_size: int) -> bool:
+    """Every layer ran the same batches, each of batch_size windows but the last, which holds at most
+    that many: min(batch_size, windows left) windows per forward pass."""
+    runs = {tuple(sizes) for sizes in seen.values()}
+    if len(runs) != 1:
+        return False
+    sizes = runs.pop()
+    return bool(sizes) and all(n == batch_size for n in sizes[:-1]) and 1 <= sizes[-1] <= batch_size
+
+
+def _sizes_text(seen: dict[str, list[int]]) -> str:
+    sizes = seen.get("token_emb") or next(iter(seen.values()), [])
+    shown = ", ".join(map(str, sizes[:6])) + (", ..." if len(sizes) > 6 else "")
+    return f"{shown} ({len(sizes)} calls of the token embedding)" if sizes else "none"
+
+
 def no_grad_probe(api, inputs: Inputs):
+    """The course's GPT, deep and wide, whose layers run in the grader and are linked into the worker's
+    autograd graph as a real model's are (`remote_model(autograd=True)`): the grader sees the windows
+    of every layer call, so the forward passes must follow batch_size; then the memory the worker
+    adds during the evaluation (`memory_call`, read from /proc) is judged against what a graph of that
+    forward pass keeps. Trusted code shows its grad mode from inside instead."""
     kw = inputs.kwargs
     C = GRAD_FIELDS["context_length"]
-    model = api.given(MODEL, api.record(**GRAD_FIELDS))
+    # A short run first, on a model of its own: the first calls of PyTorch's operators (and of the
+    # channel) page in code, which counts as resident memory too.
+    warm = api.remote_model(GRAD_FIELDS, kw["state"], {}, autograd=True)
+    api.method(warm, "train", keep=True)
+    api.call("evaluate", warm, kw["warm"], 2, C)
+    model = api.remote_model(GRAD_FIELDS, kw["state"], {name: "shape" for name in kw["layers"]}, autograd=True)
     api.method(model, "train", keep=True)
-    # A short run first: the first calls of PyTorch's operators page in code, which counts as
-    # resident memory too.
-    api.call("evaluate", model, kw["warm"], 2, C)
     real = in_process(api, model)
     modes: list[bool] = []
     if real is not None:  # trusted code: the grad mode of its forward passes, seen from inside
@@ -573,11 +625,18 @@ def no_grad_probe(api, inputs: Inputs):
             hook.remove()
     else:
         value, footprint = api.memory_call("evaluate", model, kw["data"], GRAD_WINDOWS, C)
+    seen = layer_batches(api.watched(model))
     loss, untrained = number(value), math.log(GRAD_FIELDS["vocab_size"])
     if loss is None or not abs(loss - untrained) < UNTRAINED_SPREAD:
         return facet(False, "no_loss", f"evaluate returned {describe(value) if loss is None else f'{loss:.4g}'} for "
                      f"an untrained model, whose loss is about log({GRAD_FIELDS['vocab_size']}) = {untrained:.3f}: "
                      "is the model run on the windows?")
+    if not follows_batch_size(seen, GRAD_WINDOWS):
+        return facet(False, "batches", f"could not be judged: the forward passes did not follow batch_size. With "
+                     f"batch_size {GRAD_WINDOWS} and {GRAD_WINDOWS} windows, the model's layers ran on batches of "
+                     f"{_sizes_text(seen)} windows; take batch_size windows per forward pass (fewer in the last one "
+                     "only), and run every layer once per batch: what an evaluation holds is measured on batches "
+                     "of the size it is asked for")
     if real is not None:
         return facet(not any(modes), "grad", grad_message())
     peak = footprint.get("peak_bytes") if isinstance(footprint, dict) else None
@@ -589,7 +648,7 @@ def no_grad_probe(api, inputs: Inputs):
 
 
 def grad_message(measured: str = "") -> str:
-    return ("the forward passes kept an autograd graph: evaluating a model of 8 wide blocks on 256 windows of 8 "
+    return ("the forward passes kept an autograd graph: evaluating a model of 16 blocks on 256 windows of 4 "
             f"tokens took as much memory as a training step's forward pass{measured}. Run them under "
             "torch.no_grad(): nothing is trained here")
 
@@ -840,7 +899,7 @@ EVAL_CHECKS = (
           "mode)", 0.5, eval_inputs(41, 2, facet_name="during"), probe=eval_mode_probe, oracle=facet_oracle),
     Check("restores_mode", "the model is back in its mode after: training stays training, eval stays eval", 0.5,
           eval_inputs(41, 3, facet_name="restores"), probe=eval_mode_probe, oracle=facet_oracle),
-    Check("no_gradients", "no autograd graph is kept (a model of 8 wide blocks, 256 windows of 8 ids in one batch: "
+    Check("no_gradients", "no autograd graph is kept (a model of 16 blocks, 256 windows of 4 ids in one batch: "
           "the memory your process adds, measured from outside it, is far below what a graph of that forward pass "
           "takes)", 0.5,
           grad_inputs(), probe=no_grad_probe, oracle=facet_oracle),
@@ -855,6 +914,6 @@ PARTS = (
          forbid=CLIP_FORBID),
     # evaluate calls the contract's cross_entropy: the reference's while evaluate is graded
     # CPU seconds for one call: an evaluation over overlapping windows (stride 1) of the no_gradients check's
-    # model runs 8 forward passes of it, about 2 s
+    # model runs 4 forward passes of it, about 2.5 s of the worker's (the grader computes its layers)
     Part("evaluate", checks=EVAL_CHECKS, diagnose=diagnose_eval, uses=("cross_entropy",), seconds=10.0),
 )

@@ -6,15 +6,20 @@ functions run there; what crosses back is data (weights, numbers, draws), compar
 
 - Checkpoints. The grader builds a model and an AdamW in the worker, takes two optimizer steps,
   seeds the three generators (Python's `random`, NumPy's global one, torch's) and calls the
-  student's `save_checkpoint`. Then, as a new process would, it builds a fresh model from another
-  seed and a fresh AdamW, moves every generator elsewhere and calls the student's
-  `load_checkpoint`. What comes back: the weights, one more optimizer step (AdamW's running
-  averages and step count show in it), and the generators' next draws, which must be those drawn
-  right after saving. A checkpoint can only be read by the code that wrote it (students choose
-  its layout), so each facet is judged on the student's own pair, and hosted by one part:
-  the weights, the optimizer state and "saving changes nothing" by `save_checkpoint`; the step,
-  the state and the generators (which `load_checkpoint` restores itself) by `load_checkpoint`.
-  The checkpoint file never leaves the worker: the grader never unpickles a student's bytes.
+  student's `save_checkpoint`, with a path in the worker's private scratch folder. Then it goes on
+  in a new process, as a resumed job does: a fresh worker that has run the submission's cells again
+  (`api.fresh_worker`), into whose scratch folder the grader copies that one file, read from
+  outside the old sandbox (a plain file, at most 16 MB, never unpickled); nothing else the old
+  worker held, in memory or in any other file, is there. In it the grader builds a fresh model from
+  another seed and a fresh AdamW, moves every generator elsewhere and calls the student's
+  `load_checkpoint` (and, for "loads twice", again into a third model). What comes back: the
+  weights, one more optimizer step (AdamW's running averages and step count show in it), and the
+  generators' next draws, which must be those drawn right after saving. A checkpoint can only be
+  read by the code that wrote it (students choose its layout), so each facet is judged on the
+  student's own pair, and hosted by one part: the weights, the optimizer state and "saving changes
+  nothing" by `save_checkpoint`; the step, the state and the generators (which `load_checkpoint`
+  restores itself) by `load_checkpoint`. Trusted code (the reference, a catalogued variant) runs in
+  this process and writes to a real temporary folder; it keeps nothing between calls.
 - `train_loop` trains from the grader's start with the grader's seed and settings; the trained
   weights cross as data and are compared with the reference's run from the same start (the
   schedule, clipping, AdamW's settings, the data order and the zero_grad order all show in
@@ -22,14 +27,16 @@ functions run there; what crosses back is data (weights, numbers, draws), compar
   reference's, and the held-out loss of the weights it leaves is measured here with the
   reference's `evaluate`. Early stopping and best-weights restoring run on held-out text unlike
   the training text (it gets worse as the model learns). Resuming: the student's run stopped at
-  step 12 (`stop_after`) and resumed from its checkpoint in a model built from another seed must
-  equal the student's own straight run, bit for bit. While it is graded, `lr_at` is the
+  step 12 (`stop_after`), then resumed from its checkpoint in a fresh worker that gets that file
+  alone (as above), in a model built from another seed, must equal the student's own straight
+  run, bit for bit. While it is graded, `lr_at` is the
   reference's; `clip_grad_norm`, `cross_entropy` and `evaluate` stay the student's (they take the
   parameters or the model, or keep the autograd graph, which cannot cross to the grader).
 
 The worker's generators and its AdamW are reached through `coursekit.training.process_modules`, a
 course function the grader builds there (a trusted factory): the grader drives them by handle and
-reads data back.
+reads data back. Each new worker costs a start and the submission's cells again (about 3.4 s of CPU
+for the reference, most of it importing torch): one for the round trip, one for the resume.
 """
 
 from __future__ import annotations
@@ -125,6 +132,16 @@ class Ops:
         """The function being graded (or another contract function), as the api runs it."""
         return self.api.call(name, *[self.arg(a) for a in args], **kwargs)
 
+    def fresh_process(self, folder: str, *names: str) -> tuple[str, dict]:
+        """Go on in a new process, as a job resumed after a restart does, with the files `names` of
+        `folder` and nothing else: for a student, a fresh worker that has run the submission's cells
+        again (`api.fresh_worker`: the handles from before, the cached ones here among them, are
+        void); for trusted code, this process and the same folder. Returns (the folder in the new
+        process, {name: why that file stayed behind})."""
+        left = self.api.fresh_worker(*names)
+        self._modules, self._process = {}, None
+        return (folder if self.local else self.api.scratch_folder()), left
+
     # the course's model and an AdamW, in the worker
     def model(self, seed: int):
         config = self.api.record(**TINY)
@@ -215,8 +232,9 @@ def _own_generators():
 
 @contextlib.contextmanager
 def _folder(ops: Ops):
-    """Where checkpoints go: a temporary folder here for trusted code; the worker's own working
-    folder (its private scratch) for a student's."""
+    """Where checkpoints go: a temporary folder here for trusted code; the worker's private scratch
+    folder for a student's (a path the grader names in full, whatever folder the student's code
+    moved to: the file is carried to the next worker from there)."""
     if ops.local:
         folder = tempfile.mkdtemp(prefix="grader-ckpt-")
         try:
@@ -224,7 +242,17 @@ def _folder(ops: Ops):
         finally:
             shutil.rmtree(folder, ignore_errors=True)
     else:
-        yield ""
+        yield ops.api.scratch_folder()
+
+
+def _not_carried(err: Exception, left: dict, name: str, writer: str) -> Exception:
+    """A student's load that failed in the new worker, told why its file may not have been there."""
+    outcome = getattr(err, "outcome", None)
+    if name in left and outcome is not None and outcome.error:
+        outcome.error = (f"{outcome.error} (the grader loads the checkpoint in a new process, as a resumed run "
+                         f"would, and only the file {writer} wrote at the path it was given goes there; that "
+                         f"file did not: {left[name]})")
+    return err
 
 
 _SEEN: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # owner -> {run name: what it gave}
@@ -262,28 +290,36 @@ STATE = {"best_loss": 1.5, "history": [3.0, 2.5]}
 STEP = 7
 
 
+CHECKPOINT = "grader_checkpoint.pt"
+
+
 def round_trip(api, inputs: Inputs) -> dict:
-    """Save from one model and optimizer, load into fresh ones; see the module docstring."""
+    """Save from one model and optimizer, load into fresh ones in a new process; see the module docstring."""
     ops = Ops(api)
     with _own_generators(), _folder(ops) as folder:
-        path = folder + "grader_checkpoint.pt"
         model = ops.model(11)
         gens = ops.generators()
         optimizer = ops.adamw(model)
         ops.train_step(model, optimizer, 1)
         ops.train_step(model, optimizer, 2)
         ops.seed(gens, 20)
-        ops.call("save_checkpoint", path, model, optimizer, STEP, **copy.deepcopy(STATE))
+        ops.call("save_checkpoint", folder + CHECKPOINT, model, optimizer, STEP, **copy.deepcopy(STATE))
         saved = ops.weights(model)
         drawn = ops.draws(gens)  # right after saving: what a resumed run must draw next
 
-        fresh = ops.model(12)  # a new process: another model, a new optimizer, generators elsewhere
+        # A new process, as a resumed run is (the file alone goes there), with another model, a new
+        # optimizer, and generators elsewhere.
+        folder, left = ops.fresh_process(folder, CHECKPOINT)
+        path = folder + CHECKPOINT
+        gens = ops.generators()
+        fresh = ops.model(12)
         fresh_optimizer = ops.adamw(fresh)
         ops.seed(gens, 30)
         try:
             returned = ops.call("load_checkpoint", path, fresh, fresh_optimizer)
         except Exception as err:  # noqa: BLE001 - load_checkpoint's own checks report it; save's say so
-            return {"saved": saved, "drawn": drawn, "load_failed": err}
+            return {"saved": saved, "drawn": drawn,
+                    "load_failed": _not_carried(err, left, CHECKPOINT, "save_checkpoint")}
         loaded = ops.weights(fresh)
         redrawn = ops.draws(gens)
         ops.train_step(fresh, fresh_optimizer, 3)
@@ -542,13 +578,23 @@ def run_loop(api, config: dict, data: str, model_seed: int = 21, check_inputs: b
     return out
 
 
+RUN_CHECKPOINT = "grader_run.pt"
+
+
 def run_resumed(api) -> dict:
-    """Stopped after step STOP_AT with checkpoints every 6 steps, then resumed in a model built from another seed."""
+    """Stopped after step STOP_AT with checkpoints every 6 steps, then resumed in a new process (the
+    checkpoint file alone goes there), in a model built from another seed."""
     ops = Ops(api)
     with _folder(ops) as folder:
-        path = folder + "grader_run.pt"
-        first = run_loop(api, {**RECIPE, "checkpoint_path": path, "checkpoint_every": 6, "stop_after": STOP_AT}, "like")
-        second = run_loop(api, {**RECIPE, "resume_from": path}, "like", model_seed=22, check_inputs=True)
+        first = run_loop(api, {**RECIPE, "checkpoint_path": folder + RUN_CHECKPOINT, "checkpoint_every": 6,
+                               "stop_after": STOP_AT}, "like")
+        folder, left = ops.fresh_process(folder, RUN_CHECKPOINT)
+        try:
+            second = run_loop(api, {**RECIPE, "resume_from": folder + RUN_CHECKPOINT}, "like", model_seed=22,
+                              check_inputs=True)
+        except Exception as err:  # the student's ProbeFailed, or a variant's own error: told why, and raised
+            _not_carried(err, left, RUN_CHECKPOINT, "the stopped run")
+            raise
     return {"first": first, "second": second}
 
 
@@ -709,10 +755,10 @@ def diagnose_loop(result, expected) -> str | None:
             where = (f" (train_losses first differ at step {result['first'] + 1})" if result["first"] is not None
                      and result["first"] < min(result["lengths"]) else "")
             return (f"a run stopped after step {STOP_AT} (stop_after, checkpoints every 6 steps) and resumed from its "
-                    f"checkpoint in a model built from another seed differs from the run that never stopped in "
-                    f"{', '.join(result['differs'])}{where}: load the checkpoint first, do not seed again when "
-                    "resuming, and keep the loop's whole state (losses, best loss, best weights, evaluations since "
-                    "the best) in the checkpoint")
+                    f"checkpoint in a new process, in a model built from another seed, differs from the run that never "
+                    f"stopped in {', '.join(result['differs'])}{where}: load the checkpoint first, do not seed again "
+                    "when resuming, and keep the loop's whole state (losses, best loss, best weights, evaluations "
+                    "since the best) in the checkpoint file: nothing else of the stopped process is there")
         return None
     if not result["ran"]:
         return "could not be judged: the run returned no train_losses"
@@ -944,8 +990,8 @@ def probe_check(name, what, points, probe, **kwargs) -> Check:
 
 
 SAVE_CHECKS = (
-    probe_check("optimizer", "saved, then loaded into a fresh model and a fresh AdamW: the next optimizer step is "
-                "the reference's (AdamW's state was saved)", 2, checkpoint_probe("optimizer")),
+    probe_check("optimizer", "saved, then loaded in a new process into a fresh model and a fresh AdamW: the next "
+                "optimizer step is the reference's (AdamW's state was saved)", 2, checkpoint_probe("optimizer")),
     probe_check("inputs_unchanged", "saving leaves the model and the three generators as they were", 1,
                 checkpoint_probe("saving_changes_nothing"), kind="unchanged"),
 )
@@ -970,9 +1016,9 @@ LOOP_CHECKS = (
                 "patience 2: the run stops where the reference's does", 1.5, loop_probe("stopping")),
     probe_check("best_weights", "after early stopping, the model holds the best evaluation's weights", 1.5,
                 loop_probe("best_weights")),
-    probe_check("resume", f"stopped after step {STOP_AT} and resumed from its checkpoint in a model built from "
-                "another seed: the same losses, best step and weights, to the bit, as the run that never stopped",
-                1.5, loop_probe("resume")),
+    probe_check("resume", f"stopped after step {STOP_AT} and resumed from its checkpoint in a new process, in a "
+                "model built from another seed: the same losses, best step and weights, to the bit, as the run that "
+                "never stopped", 1.5, loop_probe("resume")),
     probe_check("inputs_unchanged", "train_ids, heldout_ids and the config are left as they were", 0.5,
                 loop_probe("inputs_unchanged"), kind="unchanged"),
 )

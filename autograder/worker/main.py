@@ -20,7 +20,10 @@ While a call runs, the contract functions named in `stubs` are replaced in the n
 by stubs that ask the grader to run its reference instead (a `callback` message), and a
 function handed over as an argument (a `Ref`) does the same (a `torch.Generator` argument
 crosses as its state, and comes back advanced); `library_stubs` stand in a
-library's function (torch's GELU, say) where a gradient must flow through the call. Everything the student's
+library's function (torch's GELU, say) where a gradient must flow through the call. A call whose
+target says `"clock": "virtual"` (a timer's) runs on a clock the grader moves (`virtual_clock.py`:
+the reply to a callback says how long that call took, and time.sleep moves the clock instead of
+sleeping), installed for that call alone and put back after it. Everything the student's
 code prints goes to /dev/null; a call that runs past its time is interrupted here, and the
 grader kills the whole sandbox if that does not work. Time limits count CPU time (the
 grader reads the worker's from /proc; the worker's own alarm is a courtesy that saves a
@@ -40,9 +43,14 @@ import traceback
 
 if __name__ == "__main__":  # inside the sandbox this file sits beside channel.py (-I leaves it off sys.path)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    # The course folder the grader shows (its coursekit/), before anything the environment's own
+    # install of coursekit points at: -I ignores PYTHONPATH, so it is read here (sandbox.py).
+    for _folder in reversed([p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]):
+        sys.path.insert(1, _folder)
     import channel
+    import virtual_clock  # before any student code: it takes the real clocks as they are now
 else:  # imported as autograder.worker.main (by tools that read the course tree)
-    from . import channel
+    from . import channel, virtual_clock
 
 
 def callback_error(reply: dict, name: str) -> Exception:
@@ -87,6 +95,7 @@ class Worker:
         self.namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
         self.held: dict[int, object] = {}
         self.next_id = 1
+        self.clock = None  # the virtual clock of the call running on one (see op_call)
 
     # ------------------------------------------------------------ wire
 
@@ -151,6 +160,8 @@ class Worker:
             reply, reply_blobs = worker.receive()
             if not reply.get("ok"):
                 raise callback_error(reply, name)
+            if reply.get("advance") is not None and worker.clock is not None:
+                worker.clock.advance(reply["advance"])  # how long the grader's function says its call took
             states = channel.decode(reply.get("generator_states", {"t": "list", "v": []}), reply_blobs)
             for generator, state in zip(generators, states, strict=False):
                 generator.set_state(state)  # advanced as far as the reference advanced it
@@ -235,6 +246,7 @@ class Worker:
     def op_call(self, header, blobs):
         swapped = {}
         forbidden = []
+        clock = None
         failure = None
         args = kwargs = None
         try:
@@ -258,6 +270,9 @@ class Worker:
                 self.namespace[name] = library_function(str(dotted))
             forbidden = forbid(header.get("forbid", []))
             upstream = channel.decode(header["backward"], blobs) if "backward" in header else None
+            if target.get("clock") == "virtual":  # a timer, timed on a clock the grader moves (virtual_clock.py)
+                clock = self.clock = virtual_clock.VirtualClock()
+                clock.install((self.namespace,), (fn,))
             self.arm(float(header.get("seconds", 5)))
             try:
                 result = fn(*args, **kwargs)
@@ -277,6 +292,9 @@ class Worker:
                 self.send(failure)
                 return
         finally:
+            if clock is not None:  # before the stubs: it was installed after them
+                clock.uninstall()
+                self.clock = None
             for name, value in swapped.items():
                 if value is _MISSING:
                     self.namespace.pop(name, None)
@@ -354,7 +372,8 @@ class Worker:
         try:
             fields = channel.decode(header["fields"], blobs)
             key = ["remote", int(header["key"])]
-            model = remote_gpt(dict(fields), self.stub(key, "the course's model"))
+            model = remote_gpt(dict(fields), self.stub(key, "the course's model"),
+                               autograd=bool(header.get("autograd")))
         except BaseException as err:  # noqa: BLE001
             self.send({"ok": False, "error": error_text(err)})
             return
@@ -379,7 +398,7 @@ def trusted_factory(dotted: str):
     return library_function(dotted)
 
 
-def remote_gpt(fields: dict, ask):
+def remote_gpt(fields: dict, ask, autograd: bool = False):
     """The course's GPT (`coursekit.gpt.GPT`) as a shell whose layers run in the grader.
 
     Every embedding, linear layer and layer norm is a `RemoteLeaf`: calling it asks the grader,
@@ -388,6 +407,14 @@ def remote_gpt(fields: dict, ask):
     flags), so a student's code drives it as it would the real one, and its parameters have
     the real shapes and dtypes, but hold NaN: nothing computed from them is right, so no answer
     can come from here without the grader seeing the calls that made it.
+
+    With `autograd`, a layer's output is linked to its input and parameters in this process's
+    autograd graph, as a real layer's is: with grad mode on, the layer keeps its input for a
+    backward pass, and so do the operations between layers (a GELU, attention), all of it held
+    until the graph is freed, which is what a kept graph costs a real model. (A backward pass
+    stops at the layers: their parameters' gradients would be the grader's to compute.) Only for
+    a check that measures that memory: a generation that kept its graphs alive in a KV cache
+    would hold them all.
     """
     import types
 
@@ -395,6 +422,17 @@ def remote_gpt(fields: dict, ask):
     from torch import nn
 
     from coursekit.gpt import GPT
+
+    class Linked(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, name, training, x, *params):
+            ctx.save_for_backward(x)  # as a real linear layer keeps its input for its weight's gradient
+            ctx.count = len(params)
+            return ask(name, x, training)
+
+        @staticmethod
+        def backward(ctx, grad):
+            return (None, None, None, *([None] * ctx.count))
 
     class RemoteLeaf(nn.Module):
         def __init__(self, name: str, original: nn.Module):
@@ -409,6 +447,8 @@ def remote_gpt(fields: dict, ask):
                     setattr(self, attr, getattr(original, attr))
 
         def forward(self, x):
+            if autograd and isinstance(x, torch.Tensor):
+                return Linked.apply(self.remote_name, self.training, x, *self.parameters())
             return ask(self.remote_name, x, self.training)
 
         def extra_repr(self):

@@ -6,8 +6,10 @@
                        `course.py autograde --workers 2`, side by side
     bench load [--units U,...]   every unit's reference graded 4 at a time beside 4 busy loops per
                        core, twice, and by `course.py autograde --workers 4`: all full marks?
-    bench feedback [--students N] [--limit L] [--workers W]   the feedback service on localhost: each
-                       student sends two checks of unit 01 at once; checks per minute, time to the first answer
+    bench feedback [--students N] [--limit L] [--workers W] [--no-attacker] [--slow]   the feedback service on
+                       localhost: each student sends two checks of unit 01 at once, alone and then beside an
+                       attacker; checks per minute, the honest median and p95 latency of both (--slow: the slow
+                       notebook on its own, as it should end once grading has a budget per run)
     bench tokenizer [--mb M] [--vocab V]   unit 08's reference BPE (pure Python) beside Hugging Face
                        `tokenizers` on the same slice of the corpus: MB/s to learn merges and to encode;
                        then checks that both learn the same merges where their rules agree
@@ -328,11 +330,12 @@ def bench_load(units=None, at_once: int = 4, busy_per_core: int = 4, rounds: int
     return {"rows": rows, "full": full, "total": total}
 
 
-def bench_feedback(students: int = 25, limit: int = 10, workers: int | None = None, log=print) -> dict:
+def bench_feedback(students: int = 25, limit: int = 10, workers: int | None = None, attacker: bool = True,
+                   log=print) -> dict:
     """The feedback service's load test (tests/test_feedback_load.py runs the same function)."""
-    from .feedback_server import load_test
+    from .feedback_load import load_test
 
-    return load_test(students=students, limit=limit, workers=workers, log=log)
+    return load_test(students=students, limit=limit, workers=workers, attacker=attacker, log=log)
 
 
 class MergesDiffer(AssertionError):
@@ -526,8 +529,15 @@ def main(argv: list[str]) -> int:
         parser.add_argument("--students", type=int, default=25)
         parser.add_argument("--limit", type=int, default=10, help="checks per student per part (10: all graded)")
         parser.add_argument("--workers", type=int, default=None, help="grading workers (default: the cores)")
+        parser.add_argument("--no-attacker", action="store_true", help="the class alone only")
+        parser.add_argument("--slow", action="store_true",
+                            help="only the slow notebook beside one classmate (2 workers unless --workers)")
         args = parser.parse_args(argv[1:])
-        return 1 if bench_feedback(args.students, args.limit, args.workers)["problems"] else 0
+        if args.slow:
+            from .feedback_load import slow_notebook_scenario
+
+            return 1 if slow_notebook_scenario(workers=args.workers or 2)["problems"] else 0
+        return 1 if bench_feedback(args.students, args.limit, args.workers, not args.no_attacker)["problems"] else 0
     if argv[0] == "tokenizer":
         import argparse
 

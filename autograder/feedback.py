@@ -28,6 +28,10 @@ from .units import UNITS, get_unit
 
 ALL = "all"  # a request for every part of the unit
 MAX_NOTEBOOK_BYTES = 4 * 1024 * 1024  # an exercise notebook without outputs is 20-60 KB
+# At most this many JSON values (an upper bound: the count of `{`, `[` and `,` anywhere in its
+# bytes): an exercise notebook has about 3,000, and a parser's time grows with the values (a
+# 4 MB body of a million empty objects takes json.loads 0.2-1 s; 50,000 at most take 10-30 ms).
+MAX_NOTEBOOK_VALUES = 50_000
 
 
 class NotGradable(ValueError):
@@ -77,10 +81,25 @@ def too_large_message(size: int) -> str:
             "clear its outputs (Edit > Clear Outputs of All Cells), save, and check again")
 
 
+def json_values(data: bytes) -> int:
+    """An upper bound on the values `json.loads(data)` would make, read off the raw bytes: every
+    value after a container's first follows a comma, and a container holds one value without
+    (keys and values of an object: twice that). Cheap (a byte count), so it can refuse a body
+    that is costly to parse before it is parsed, a chunk at a time as it arrives."""
+    return data.count(b"{") + data.count(b"[") + data.count(b",")
+
+
+def too_complex_message() -> str:
+    return (f"that notebook is built of over {MAX_NOTEBOOK_VALUES:,} JSON values, where an exercise notebook has "
+            "about 3,000: clear its outputs, remove any large pasted data, save, and check again")
+
+
 def notebook_problem(unit: str, data: bytes) -> str | None:
     """Why `data` is not a notebook this unit can grade, in one sentence; None when it is."""
     if len(data) > MAX_NOTEBOOK_BYTES:
         return too_large_message(len(data))
+    if json_values(data) > MAX_NOTEBOOK_VALUES:
+        return too_complex_message()
     try:
         nb = json.loads(data)
     except (ValueError, RecursionError):
@@ -102,6 +121,12 @@ def feedback_for(unit: str, data: bytes, part: str | None = None, name: str = "s
 
     Raises NotGradable (the student's to fix) or GradingFailed (the grader's own failure)."""
     parts = parts_asked(unit, part)
+    return part_reports(unit, graded(unit, data, name), parts)
+
+
+def graded(unit: str, data: bytes, name: str = "submission.ipynb") -> dict:
+    """The grading run's whole report on the notebook `data` (with its "budget"), once it is
+    known to be one this unit can grade. Raises NotGradable or GradingFailed."""
     # A .py file (the CLI's, as `course.py check` takes) is graded as it is; the service sends notebooks.
     problem = None if name.endswith(".py") else notebook_problem(unit, data)
     if problem:
@@ -112,19 +137,23 @@ def feedback_for(unit: str, data: bytes, part: str | None = None, name: str = "s
         report, _ = start_grading(unit, path).result()
     if "error" in report:
         raise NotGradable(f"your notebook could not be graded: {report['error']}")
-    return part_reports(unit, report, parts)
+    return report
 
 
 def check_task(task: dict) -> dict:
     """One check, as a task for the class-grading pool (local or Dask): {unit, part, notebook}
-    in, {"ok": True, "report": ...} or {"ok": False, "kind": "student"|"grader", "error"} out."""
+    in, {"ok": True, "report": ..., "over_budget": whether the run used up its budget} or
+    {"ok": False, "kind": "student"|"grader", "error"} out."""
     unit = task["unit"]
     if task.get("fork", True):
         from . import classgrading
 
         classgrading.warm_up_checks(unit)
     try:
-        return {"ok": True, "report": feedback_for(unit, task["notebook"], task.get("part"))}
+        parts = parts_asked(unit, task.get("part"))
+        report = graded(unit, task["notebook"])
+        return {"ok": True, "report": part_reports(unit, report, parts),
+                "over_budget": bool((report.get("budget") or {}).get("exceeded"))}
     except NotGradable as err:
         return {"ok": False, "kind": "student", "error": str(err)}
     except GradingFailed as err:

@@ -9,13 +9,15 @@ A student's check line (`coursekit.feedback`) sends the saved notebook with the 
 token and gets back what the grade cells would show after `nbgrader autograde`: each part's
 points, messages and the catalogued mistakes named, never test code or reference values.
 
-    POST /api/check   Authorization: Bearer <token>
-                      {"unit": "01_attention", "part": "softmax" | "all", "notebook": {...}}
+    POST /api/check?unit=01_attention&part=softmax      (part: a graded part, or "all"; none: "all")
+         Authorization: Bearer <token>    Content-Length: <bytes>    body: the .ipynb file itself
         200 the report of `feedback.feedback_for`
-        400 not JSON / not a notebook / another unit's notebook / no such part
+        400 not a notebook / another unit's notebook / no such part / no unit named / an empty body
         401 no token, or not one of this class's      404 a unit this service does not grade
-        413 too large       429 over the limit ("retry_after": seconds)
-        503 busy, or the grader itself failed (not counted against the student)
+        411 no Content-Length (a chunked body)        413 over 4 MB
+        429 over the limit ("retry_after": seconds), 4 checks of this student already in line, or
+            32 requests of this token open at once (none of these counted)
+        503 busy, too many connections, or the grader itself failed (not counted against the student)
         every error is {"error": "<one sentence>"}
     GET /api/health   {"ok": true, "units": [...]}
 
@@ -23,19 +25,63 @@ Built on tornado: Jupyter Server is built on it, so it is in every course enviro
 already, and it is asynchronous, so a check waiting for its grading holds no thread; a
 thousand students waiting cost the service nothing but their sockets.
 
+What one student sends costs that student, never a classmate:
+
+- Nothing is paid before it is known that the request will be served. The token, the unit
+  and part (in the address), the size (`Content-Length`) and the limit are checked from the
+  request line and headers, before any of the body is read or kept. A refusal is answered at
+  once when the client waits before sending its body (`Expect: 100-continue`); otherwise its
+  body is read and dropped a chunk at a time, never kept, and then answered, because a
+  client that sends its whole body before it reads (urllib: the check line) would get a reset
+  connection, not the sentence, if the service closed it with the body unread. That reading is
+  the student's own budget, `DRAIN_PER_MINUTE` (16 MiB a minute); past it, and for every
+  "too many" refusal (which only a flood gets), the answer comes after `TARPIT_SECONDS` (1 s)
+  with the body unread, and the connection is closed.
+- The body is counted as it arrives: past `feedback.MAX_NOTEBOOK_VALUES` (50,000) JSON
+  values, an upper bound read off the raw bytes, it is refused before it is parsed (an
+  exercise notebook has about 3,000; a 4 MB body of a million empty cells would hold the event
+  loop for 0.2-1 s). The rest is joined, hashed and checked in a thread of its own, one at a
+  time (json.loads holds the GIL, so the bound is what keeps the event loop's stall to tens
+  of milliseconds), and the bytes go to the grading pool as received.
+- One check per student at a time. A student's later checks wait behind their own, in the
+  order sent, up to `PER_STUDENT` (4) in line; past that one is refused, not counted. Free
+  grading workers go to the students with a check ready in turn (round robin), so one
+  student's pile never delays another's first check. `--queue` (default 200) caps the checks
+  in line in all, but refuses only a student who already has one in line: a student with
+  nothing pending is always taken. A waiting check's body is not read until its turn. A token
+  may have `OPEN_PER_TOKEN` (32) requests open at once (from its headers received to its
+  answer sent: its checks in line and its refusals being read).
+- Memory. The bodies held at once (being read, checked or graded) are at most `BODY_MEMORY`
+  (64 MiB) in all, and one per student; a check waits for room rather than being refused.
+  At most `MAX_CONNECTIONS` (1000) connections are open; past that a new one is answered 503
+  and closed unread. A connection holds at most its headers (64 KB) and one 64 KB chunk of
+  body, and waits 60 s at most for its headers, or for its body once its turn has come. So the
+  service's resident memory stays under its start (about 65 MB) plus `BODY_MEMORY` plus
+  `CONNECTION_MEMORY` (100 KB) a connection: at most about 230 MB. Measured on two cores: 200
+  connections of one token, each announcing a 4 MB notebook and never finishing it, add
+  15-17 MB (`tests/test_feedback_server.py`; the code before this design added 852 MB); 990
+  connections of 33 tokens doing the same add 139 MB (64 MiB of it bodies).
+- SQLite runs in write-ahead mode without an fsync per commit (`feedback_db`): the records
+  are written on the event loop, and a commit there took 8-25 ms on a disk.
+
 - The token decides who the student is; nothing in a request can name a student. Tokens are
   made by `--add-students`; the database keeps only their hashes. (Where the course runs on
   JupyterHub, the hub's own authentication would do the same; it is not built here.)
-- Each student may check each part `--limit` times per `--window` seconds (default 10 an
-  hour; "all" counts against every part and needs room in each), counted from the database,
-  so a restart resets nothing. The count and the record that takes the slot are written in
-  one synchronous step on the event loop: two requests at once cannot both take the last slot.
-  Checks the grader failed on do not count.
-- Every request that got past authentication is recorded (`feedback_db`): who, when, which unit
-  and part, what became of it, the score and the mistakes named per part, the notebook's sha256.
+- Each student may check each part of each unit `--limit` times per `--window` seconds
+  (default 10 an hour; "all" counts against every part of its unit and needs room in each),
+  counted from the database, so a restart resets nothing. The count and the record that takes
+  the slot are written in one synchronous step on the event loop, as soon as the headers are
+  in: two requests at once cannot both take the last slot. Checks the grader failed on, and
+  refused ones, do not count.
+- Every admitted check is recorded (`feedback_db`): who, when, which unit and part, what
+  became of it, the score and the mistakes named per part, the notebook's sha256. Refusals
+  are counted, one row per student, minute and outcome.
 - Grading runs on the class-grading pool (`classgrading.LocalEngine`, or `DaskEngine` with
   `--scheduler`), with `feedback.check_task`: the same trusted run, and the same sandboxed
   worker for the student's code, as `nbgrader autograde`.
+
+The load test (`feedback_load.py`, `course.py bench feedback`) measures it with a class and an
+attacker beside it.
 """
 
 from __future__ import annotations
@@ -49,10 +95,13 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 
 import tornado.httpserver
+import tornado.iostream
 import tornado.netutil
 import tornado.web
 
@@ -64,11 +113,24 @@ DEFAULT_PORT = 8765
 DEFAULT_LIMIT = 10
 DEFAULT_WINDOW = 3600.0
 DEFAULT_QUEUE = 200
-# The body carries the notebook and a few short fields around it.
-MAX_BODY_BYTES = feedback.MAX_NOTEBOOK_BYTES + 64 * 1024
-# Bodies up to this are read (and dropped) before a 413; tornado itself refuses anything larger
-# (its max_body_size), unread.
+# The body is the notebook itself.
+MAX_BODY_BYTES = feedback.MAX_NOTEBOOK_BYTES
+# Bodies up to this are read (and dropped, a chunk at a time) after a refusal; tornado itself
+# refuses anything larger (its max_body_size), unread.
 DRAIN_BYTES = 8 * MAX_BODY_BYTES
+PER_STUDENT = 4  # a student's checks in line: one being graded, the rest waiting behind it
+OPEN_PER_TOKEN = 32  # a token's requests open at once (its checks in line, its refusals being read)
+TARPIT_SECONDS = 1.0  # how long a flood's refusal (too many, or past DRAIN_PER_MINUTE) waits, its body unread
+DRAIN_PER_MINUTE = 16 * 1024 * 1024  # a student's refused bodies read (and dropped) a minute, so they get the sentence
+ANONYMOUS_DRAINS = 16  # bodies without a valid token read (and dropped) at once, so that they get the sentence
+BODY_MEMORY = 64 * 1024 * 1024  # the bodies held at once, in all
+MAX_CONNECTIONS = 1000
+CONNECTION_MEMORY = 100 * 1024  # what one open connection may cost the service at most (measured: see above)
+REQUEST_SECONDS = 60  # the wait for a request's headers, and for its body once its turn has come
+TOKEN_SECONDS = 10.0  # how long a token's student (or its absence) is remembered
+WATCH_SECONDS = 0.05  # how often the event loop's own lateness is measured (Service.stall)
+TOO_MANY_CONNECTIONS = json.dumps({"error": "the feedback service has too many connections open right now: "
+                                            "try again in a minute (this check did not count)"}).encode()
 
 
 def shown(text: str) -> str:
@@ -94,14 +156,17 @@ class Grading:
     if a worker dies (so one lost worker cannot take the service down), or a DaskEngine."""
 
     def __init__(self, workers: int | None = None, scheduler: str | None = None, engine=None):
-        self.scheduler, self.workers = scheduler, workers or os.cpu_count() or 1
-        self.engine = engine or self._make()
+        self.scheduler = scheduler
+        self.engine = engine or self._make(workers or os.cpu_count() or 1)
+        # What the service hands out at once: the pool's own size (a Dask cluster's threads),
+        # else the number asked for (a stand-in pool in the tests).
+        self.workers = getattr(self.engine, "workers", None) or workers or os.cpu_count() or 1
         self.lock = threading.Lock()
 
-    def _make(self):
+    def _make(self, workers: int | None = None):
         from .classgrading import DaskEngine, LocalEngine
 
-        return DaskEngine(self.scheduler) if self.scheduler else LocalEngine(self.workers)
+        return DaskEngine(self.scheduler) if self.scheduler else LocalEngine(workers or self.workers)
 
     def warm_up(self, units: list[str]) -> None:
         """Start every local worker and import each unit's graders there, before the first
@@ -124,7 +189,39 @@ class Grading:
             return self.engine.submit(task, feedback.check_task)
 
     def close(self) -> None:
+        from .classgrading import LocalEngine
+
+        processes = []
+        if isinstance(self.engine, LocalEngine):
+            processes = [p.pid for p in (getattr(self.engine.pool, "_processes", None) or {}).values()]
         self.engine.close(cancel=True)
+        # A shutdown without waiting leaves a check being graded running (a notebook that waits
+        # holds its worker up to the run's 30 minutes), and this interpreter's exit would wait
+        # for it: end those workers, and the runs they started, now.
+        kill_trees(processes)
+
+
+def kill_trees(pids: list[int]) -> None:
+    """SIGKILL each of `pids` and every process descended from it (read from /proc)."""
+    if not pids:
+        return
+    parents = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                # The field after the name, which is in parentheses and may hold spaces.
+                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
+                continue
+    doomed, frontier = set(), set(pids)
+    while frontier:
+        doomed |= frontier
+        frontier = {pid for pid, parent in parents.items() if parent in frontier} - doomed
+    for pid in doomed:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def warm_up_worker(task: dict) -> None:
@@ -135,31 +232,216 @@ def warm_up_worker(task: dict) -> None:
         warm_up_checks(unit)
 
 
+# ---------------------------------------------------------------- whose turn it is
+
+
+class Ticket:
+    """One admitted check, from its headers to its answer: what it waits for and what it holds."""
+
+    def __init__(self, student: int, size: int):
+        self.student, self.size = student, size
+        self.turn = self.memory = self.worker = None  # the futures it waits on, while it waits
+        self.holds_memory = self.holds_worker = self.left = False
+
+
+class Turns:
+    """Who goes next. Each student's checks wait in a line of their own and go one at a time;
+    the check at the head of a line reads its body once there is room for it in `memory` bytes
+    (first come, first served), then waits for a grading worker; free workers are handed to the
+    students with a check ready in turn, so each student gets one worker at most and one
+    student's pile never delays another's first check. Everything here runs on the event loop."""
+
+    def __init__(self, workers: int, queue: int, per_student: int = PER_STUDENT, memory: int = BODY_MEMORY):
+        self.workers, self.queue, self.per_student, self.memory = workers, queue, per_student, memory
+        self.lines: dict[int, deque[Ticket]] = {}
+        # Students whose last check used up its grading's budget (a notebook that waits or computes
+        # for the whole budget): their next check gets a worker only when no classmate's is ready,
+        # so a run of slow checks costs their sender's time, not the class's.
+        self.over_budget: set[int] = set()
+        self.waiting = 0  # tickets in all the lines
+        self.wanting: deque[Ticket] = deque()  # heads of lines waiting for memory
+        self.ready: deque[Ticket] = deque()  # heads whose notebook is in and checked, waiting for a worker
+        self.buffered = self.grading = 0
+
+    def pending(self, student: int) -> int:
+        return len(self.lines.get(student, ()))
+
+    def refusal(self, student: int) -> Refused | None:
+        """Why this student's next check cannot wait in line (None: it can)."""
+        mine = self.pending(student)
+        if mine >= self.per_student:
+            return Refused(429, f"you already have {mine} checks waiting for the graders, each behind the one "
+                                "before it: wait for their answers before you send another (this one did not count)",
+                           records.TOO_MANY)
+        if mine and self.waiting >= self.queue:
+            # Only a student who already has a check waiting: a classmate's first is always taken.
+            return Refused(503, "the feedback service is busy with the whole class's checks: try again in a minute "
+                                "(this one did not count)", records.BUSY)
+        return None
+
+    def join(self, student: int, size: int) -> Ticket:
+        ticket = Ticket(student, size)
+        self.lines.setdefault(student, deque()).append(ticket)
+        self.waiting += 1
+        return ticket
+
+    async def my_turn(self, ticket: Ticket) -> bool:
+        """Wait until the student's checks before this one are answered and there is room for
+        its body; False if it left meanwhile."""
+        if self.lines[ticket.student][0] is not ticket:
+            ticket.turn = asyncio.get_running_loop().create_future()
+            await ticket.turn
+            if ticket.left:
+                return False
+        if self.wanting or self.buffered + ticket.size > self.memory:
+            ticket.memory = asyncio.get_running_loop().create_future()
+            self.wanting.append(ticket)
+            await ticket.memory
+            return not ticket.left
+        self.buffered += ticket.size
+        ticket.holds_memory = True
+        return True
+
+    def graded(self, student: int, over_budget: bool) -> None:
+        """What the student's last check came to: over its budget, or not (see `over_budget`)."""
+        if over_budget:
+            self.over_budget.add(student)
+        else:
+            self.over_budget.discard(student)
+
+    def _next_ready(self) -> Ticket:
+        """The ticket that gets the next free worker: the first in turn, unless its student's last
+        check used up its budget and a classmate's is ready too."""
+        for ticket in self.ready:
+            if ticket.student not in self.over_budget:
+                self.ready.remove(ticket)
+                return ticket
+        return self.ready.popleft()
+
+    async def a_worker(self, ticket: Ticket) -> bool:
+        """Wait for a grading worker, in turn with the other students; False if it left meanwhile."""
+        if not self.ready and self.grading < self.workers:
+            self.grading += 1
+            ticket.holds_worker = True
+            return True
+        ticket.worker = asyncio.get_running_loop().create_future()
+        self.ready.append(ticket)
+        await ticket.worker
+        return not ticket.left
+
+    def leave(self, ticket: Ticket) -> None:
+        """The check is answered (or gone): free what it holds, and let the next one go."""
+        if ticket.left:
+            return
+        ticket.left = True
+        for future in (ticket.turn, ticket.memory, ticket.worker):
+            if future is not None and not future.done():
+                future.set_result(None)  # its waiter sees `left` and returns
+        if ticket in self.wanting:
+            self.wanting.remove(ticket)
+        if ticket in self.ready:
+            self.ready.remove(ticket)
+        if ticket.holds_memory:
+            self.buffered -= ticket.size
+        if ticket.holds_worker:
+            self.grading -= 1
+        line = self.lines[ticket.student]
+        head = line[0] is ticket
+        line.remove(ticket)
+        self.waiting -= 1
+        if not line:
+            del self.lines[ticket.student]
+        elif head and line[0].turn is not None and not line[0].turn.done():
+            line[0].turn.set_result(None)
+        self._hand_out()
+
+    def _hand_out(self) -> None:
+        while self.wanting and self.buffered + self.wanting[0].size <= self.memory:
+            ticket = self.wanting.popleft()
+            self.buffered += ticket.size
+            ticket.holds_memory = True
+            ticket.memory.set_result(None)
+        while self.ready and self.grading < self.workers:
+            ticket = self._next_ready()
+            self.grading += 1
+            ticket.holds_worker = True
+            ticket.worker.set_result(None)
+
+
+# ---------------------------------------------------------------- the service
+
+
+class CappedHTTPServer(tornado.httpserver.HTTPServer):
+    """tornado's HTTPServer with at most `max_connections` open: past that, a new connection
+    is answered 503 with its sentence and closed, before anything of it is read."""
+
+    max_connections = MAX_CONNECTIONS
+
+    def handle_stream(self, stream: tornado.iostream.IOStream, address: tuple) -> None:
+        if len(self._connections) < self.max_connections:
+            return super().handle_stream(stream, address)
+        head = (f"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nCache-Control: no-store\r\n"
+                f"Retry-After: 60\r\nConnection: close\r\nContent-Length: {len(TOO_MANY_CONNECTIONS)}\r\n\r\n")
+        try:
+            written = stream.write(head.encode() + TOO_MANY_CONNECTIONS)
+        except tornado.iostream.StreamClosedError:
+            return
+        written.add_done_callback(lambda future: (future.exception(), stream.close()))
+
+
 class Service:
     """The application: its units, database, pool and limits. `start()` serves it from a thread
     of its own (the tests, the benchmark); `main` serves it from the main thread."""
 
     def __init__(self, units: list[str], db: Database, grading: Grading, limit: int = DEFAULT_LIMIT,
-                 window: float = DEFAULT_WINDOW, queue: int = DEFAULT_QUEUE, log=print):
+                 window: float = DEFAULT_WINDOW, queue: int = DEFAULT_QUEUE, log=print,
+                 per_student: int = PER_STUDENT, memory: int = BODY_MEMORY, max_connections: int = MAX_CONNECTIONS,
+                 open_per_token: int = OPEN_PER_TOKEN):
         self.units, self.db, self.grading = list(units), db, grading
         self.limit, self.window, self.queue, self.log = limit, window, queue, log
-        self.in_flight = 0
+        self.turns = Turns(grading.workers, queue, per_student, memory)
+        self.max_connections, self.open_per_token = max_connections, open_per_token
+        self.open_requests: dict[int, int] = {}  # student id -> requests from headers received to answer sent
+        self.anonymous_drains = 0
+        self.drained: dict[int, tuple[float, float]] = {}  # student id -> (bytes they may still drain, when)
+        self.tokens: dict[str, tuple[float, tuple[int, str] | None]] = {}  # token -> (when looked up, student)
+        # Joining, hashing and checking a body: one at a time, off the event loop.
+        self.reader = ThreadPoolExecutor(1, thread_name_prefix="feedback-read")
+        self.stall = 0.0  # the event loop's longest lateness, in seconds (see watch)
         self.app = tornado.web.Application([(r"/api/check", CheckHandler, {"service": self}),
                                             (r"/api/health", HealthHandler, {"service": self})],
                                            default_handler_class=NotFoundHandler,
                                            log_function=lambda handler: None)  # one line per check: Service.log
         self.loop: asyncio.AbstractEventLoop | None = None
-        self.server: tornado.httpserver.HTTPServer | None = None
+        self.server: CappedHTTPServer | None = None
         self.thread: threading.Thread | None = None
+        self.watcher: asyncio.Task | None = None
 
     def listen(self, host: str, port: int) -> int:
         """Bind (in the running event loop); the port bound (`port` 0: a free one)."""
         self.loop = asyncio.get_running_loop()
-        self.server = tornado.httpserver.HTTPServer(self.app, max_body_size=DRAIN_BYTES, idle_connection_timeout=60,
-                                                    body_timeout=120)
+        # max_buffer_size: what a connection may hold unread (headers, one 64 KB chunk of body).
+        self.server = CappedHTTPServer(self.app, max_body_size=DRAIN_BYTES, idle_connection_timeout=REQUEST_SECONDS,
+                                       body_timeout=REQUEST_SECONDS, max_buffer_size=1024 * 1024)
+        self.server.max_connections = self.max_connections
         sockets = tornado.netutil.bind_sockets(port, host)
         self.server.add_sockets(sockets)
+        self.watcher = self.loop.create_task(self.watch())
         return sockets[0].getsockname()[1]
+
+    async def watch(self) -> None:
+        """Measure the event loop's own lateness (what any request waits beside the others'
+        work), and write the refusals counted, every few seconds."""
+        loop = asyncio.get_running_loop()
+        while True:
+            started = loop.time()
+            await asyncio.sleep(WATCH_SECONDS)
+            self.stall = max(self.stall, loop.time() - started - WATCH_SECONDS)
+            if time.monotonic() - self.db.flushed >= records.REFUSAL_FLUSH_SECONDS:
+                try:
+                    self.db.flush()
+                except Exception as err:  # noqa: BLE001 - a database busy a moment: the counts wait for the next
+                    self.log(f"{time.strftime('%H:%M:%S')} could not write the refusals yet: {type(err).__name__}")
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Serve from a thread with an event loop of its own; the port bound."""
@@ -171,6 +453,7 @@ class Service:
             bound.append(self.listen(host, port))
             ready.set()
             await self.stopped.wait()
+            self.watcher.cancel()
             self.server.stop()
             await self.server.close_all_connections()
 
@@ -186,27 +469,51 @@ class Service:
                 self.loop.call_soon_threadsafe(self.stopped.set)
                 self.thread.join(30)
         finally:
+            self.reader.shutdown(wait=False, cancel_futures=True)
             self.grading.close()
             self.db.close()
 
     # ------------------------------------------------------------ one check
 
-    def admit(self, student_id: int, unit: str, part: str, data: bytes) -> int:
-        """Take a slot for this check (or refuse it), and record it: one synchronous step."""
-        sha = hashlib.sha256(data).hexdigest()
+    def may_drain(self, student_id: int, size: int) -> bool:
+        """Whether the student's budget for bodies read only to be dropped (refused ones) has
+        room for `size` bytes more: DRAIN_PER_MINUTE, refilled as time passes. A student whose
+        check is refused gets the sentence; a flood of refused bodies is not read."""
+        now = time.monotonic()
+        level, then = self.drained.get(student_id, (DRAIN_PER_MINUTE, now))
+        level = min(DRAIN_PER_MINUTE, level + (now - then) * DRAIN_PER_MINUTE / 60)
+        allowed = level >= size
+        self.drained[student_id] = (level - size if allowed else level, now)
+        return allowed
+
+    def student_for(self, token: str) -> tuple[int, str] | None:
+        """The student whose token this is, looked up in the database at most every
+        TOKEN_SECONDS per token (a flood of requests costs a dictionary look-up each, and a
+        token made or voided by `--add-students` works, or stops, within that)."""
+        now = time.monotonic()
+        known = self.tokens.get(token)
+        if known is None or now - known[0] > TOKEN_SECONDS:
+            if len(self.tokens) >= 10_000:  # random tokens: forget them all rather than grow
+                self.tokens.clear()
+            known = self.tokens[token] = (now, self.db.student_for(token))
+        return known[1]
+
+    def admit(self, student_id: int, unit: str, part: str, size: int) -> tuple[Ticket, int]:
+        """Take a place in the student's line and a slot of the limit for this check (or refuse
+        it), and record it: one synchronous step, from the headers alone."""
+        refused = self.turns.refusal(student_id)
+        if refused:
+            raise refused
         parts = feedback.parts_asked(unit, part)
-        wait = self.db.room(student_id, parts, self.limit, self.window)
+        wait = self.db.room(student_id, unit, parts, self.limit, self.window)
         if wait:
             asked = "every part" if part == feedback.ALL else f"`{part}`"
             message = (f"you have used your {self.limit} check{'s' if self.limit != 1 else ''} of {asked} "
                        f"per {'hour' if self.window == 3600 else in_words(self.window)}: "
                        f"you can check it again in {in_words(wait)}")
-            raise Refused(429, message, records.OVER_LIMIT, retry_after=int(wait + 0.999), sha256=sha)
-        if self.in_flight >= self.queue:
-            raise Refused(503, "the feedback service is busy with the whole class's checks: "
-                               "try again in a minute (this one did not count)", records.BUSY, sha256=sha)
-        self.in_flight += 1
-        return self.db.open_check(student_id, unit, part, records.IN_FLIGHT, counts=True, sha256=sha)
+            raise Refused(429, message, records.OVER_LIMIT, retry_after=int(wait + 0.999))
+        ticket = self.turns.join(student_id, size)
+        return ticket, self.db.open_check(student_id, unit, part, records.IN_FLIGHT, counts=True)
 
     async def grade(self, task: dict) -> dict:
         """Run `task` on the pool without holding a thread: the pool's own thread hands the
@@ -243,6 +550,15 @@ def _settle(waiting: asyncio.Future, outcome: dict) -> None:
         waiting.set_result(outcome["value"])
 
 
+def read_notebook(unit: str, chunks: list[bytes]) -> tuple[bytes, str, str | None]:
+    """In the reader thread: the body's bytes, their sha256, and why they are not a notebook of
+    `unit` (None when they are). json.loads holds the GIL while it runs: what keeps that short
+    is the bound on JSON values, checked as the body arrived."""
+    data = b"".join(chunks)
+    chunks.clear()
+    return data, hashlib.sha256(data).hexdigest(), feedback.notebook_problem(unit, data)
+
+
 class JSONHandler(tornado.web.RequestHandler):
     def initialize(self, service: Service):
         self.service = service
@@ -258,7 +574,7 @@ class JSONHandler(tornado.web.RequestHandler):
         self.send(status_code, {"error": message.get(status_code, "the service could not answer that request")})
 
     def log_exception(self, typ, value, tb) -> None:
-        if isinstance(value, tornado.web.HTTPError):
+        if isinstance(value, tornado.web.HTTPError | tornado.iostream.StreamClosedError):
             return
         super().log_exception(typ, value, tb)  # a bug of ours: logged with its traceback, never sent
 
@@ -276,134 +592,236 @@ class HealthHandler(JSONHandler):
         self.send(200, {"ok": True, "units": self.service.units})
 
 
+def query_value(request, name: str) -> tuple[str, int]:
+    """The last value of `name` in the query string (decoded, cut to 100 characters) and how
+    many were given."""
+    values = request.query_arguments.get(name, [])
+    return (values[-1].decode("utf-8", "replace")[:100] if values else ""), len(values)
+
+
 @tornado.web.stream_request_body
 class CheckHandler(JSONHandler):
-    """POST /api/check. The body is streamed in and never kept past the limit. A body a little
-    over it is read and dropped, so that the client, which sends its whole body before it
-    reads an answer, gets the sentence rather than a reset connection; a body far over it (or
-    any body over it without a valid token) is refused at once, unread."""
+    """POST /api/check?unit=U&part=P. Everything that can refuse a check without its body is
+    decided in `prepare`, from the headers; an admitted check's body is then read only when its
+    turn has come (its student's checks before it answered, room for it in memory), counted as
+    it arrives, and checked off the event loop.
 
-    def prepare(self):
-        self.student, self.refusal = None, None
-        self.chunks, self.size = [], 0
+    A refusal is answered at once when the client waits for leave to send its body (`Expect:
+    100-continue`), or when the body is too large to be worth reading; otherwise its body is
+    read and dropped first, a chunk at a time, since a client that sends its whole body before
+    it reads (urllib, the check line) would see a reset connection, not the sentence, if the
+    service closed it with the body unread (tornado closes a connection answered early)."""
+
+    def initialize(self, service: Service):
+        self.service = service
+        self.student: tuple[int, str] | None = None
         self.unit = self.part = ""
+        self.ticket: Ticket | None = None
+        self.check_id: int | None = None  # the record taking the slot, while it is in flight
+        self.chunks: list[bytes] | None = None  # None: the body is not wanted (refused, or gone)
+        self.refusal: Refused | None = None  # decided, to be answered once the body is read
+        self.values = self.received = 0
+        self.grading = self.opened = self.anonymous_drain = False
+        self.started = time.perf_counter()
+
+    async def prepare(self):
         if self.request.method != "POST":
             return
-        length = self.request.headers.get("Content-Length", "")
-        length = int(length) if length.isdigit() else None
-        header = self.request.headers.get("Authorization", "")
+        try:
+            self.admit()
+        except Refused as refused:
+            return await self.refuse_unread(refused)
+        if await self.service.turns.my_turn(self.ticket):
+            self.chunks = []  # and tornado reads the body now
+
+    def admit(self) -> None:
+        """Who is asking, for what, and whether it is served: from the request line and headers."""
+        headers = self.request.headers
+        header = headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        self.student = self.service.db.student_for(token.strip()) if scheme.lower() == "bearer" and token.strip() \
-            else None
+        token = token.strip()
+        self.student = self.service.student_for(token) if scheme.lower() == "bearer" and token else None
         if self.student is None:
-            self.refusal = Refused(401, "this check needs your own feedback token (ask your instructor for it)"
-                                   if not header else "that feedback token is not one of this class's: "
-                                   "check that you copied the whole token your instructor gave you")
-            if length is not None and length > MAX_BODY_BYTES:
-                self.answer_refusal()
-        elif length is not None and length > MAX_BODY_BYTES:
-            self.refusal = Refused(413, feedback.too_large_message(length))
-            if length > DRAIN_BYTES:
-                self.answer_refusal()
+            raise Refused(401, "this check needs your own feedback token (ask your instructor for it)" if not header
+                          else "that feedback token is not one of this class's: check that you copied the whole "
+                               "token your instructor gave you")
+        student_id = self.student[0]
+        self.opened = True
+        self.service.open_requests[student_id] = opened = self.service.open_requests.get(student_id, 0) + 1
+        (unit, units), (part, parts) = query_value(self.request, "unit"), query_value(self.request, "part")
+        self.unit, self.part = unit, part or feedback.ALL
+        if opened > self.service.open_per_token:
+            raise Refused(429, f"your token has over {self.service.open_per_token} requests open at once: wait for "
+                               "their answers before you send more (this one did not count)", records.TOO_MANY)
+        served = ", ".join(self.service.units)
+        if not units:
+            raise Refused(400, f"name the unit in the address, as /api/check?unit=UNIT&part=PART with the notebook "
+                               f"as the body (this service grades {served})")
+        # The unit is only ever compared with the names served, never used to find a file.
+        if units > 1 or unit not in self.service.units:
+            raise Refused(404, f"this feedback service does not grade that unit; it grades {served}")
+        if parts > 1:
+            raise Refused(400, "the part must be the name of a graded part, or \"all\"")
+        length = self.length()
+        if length is None:
+            raise Refused(411, "send the notebook with its Content-Length, as the check line does, not in chunks")
+        if length > MAX_BODY_BYTES:
+            raise Refused(413, feedback.too_large_message(length))
+        if length == 0:
+            raise Refused(400, "there is no notebook in the request: send the saved .ipynb file as its body")
+        try:
+            self.ticket, self.check_id = self.service.admit(student_id, self.unit, self.part, length)
+        except feedback.NotGradable as err:  # an unknown part
+            raise Refused(400, str(err)) from None
 
-    def data_received(self, chunk: bytes) -> None:
-        if self.refusal is not None:
-            return  # dropped
-        self.size += len(chunk)
-        if self.size > MAX_BODY_BYTES:  # a chunked body, which did not say its size
-            self.chunks = []
-            self.refusal = Refused(413, feedback.too_large_message(self.size))
-            return
+    def length(self) -> int | None:
+        length = self.request.headers.get("Content-Length", "").strip()
+        return int(length) if length.isdigit() else None
+
+    async def refuse_unread(self, refused: Refused) -> None:
+        """A refusal decided from the headers: count it, then answer it now (the body unread,
+        the connection closed after the answer) or once the body has been read and dropped."""
+        self.count(refused)
+        length = self.length()
+        chunked = "chunked" in self.request.headers.get("Transfer-Encoding", "").lower()
+        if self.request.headers.get("Expect", "").lower() == "100-continue" or not length and not chunked:
+            return self.answer(refused)  # no body is on its way
+        if self.student is None:  # a drain for a student with a mistyped token, a few at a time
+            drain = length is not None and length <= MAX_BODY_BYTES and \
+                self.service.anonymous_drains < ANONYMOUS_DRAINS
+            self.anonymous_drain = drain
+            self.service.anonymous_drains += drain
+            if not drain:
+                return self.answer(refused)
+        # "Too many" is what only a flood gets: never read, and answered late. Otherwise a body is
+        # read and dropped within the student's budget for that, DRAIN_PER_MINUTE.
+        elif refused.outcome == records.TOO_MANY or not (chunked or length <= DRAIN_BYTES) or \
+                not self.service.may_drain(self.student[0], MAX_BODY_BYTES if chunked else length):
+            return await self.answer_late(refused)
+        self.refusal = refused  # answered by post(), once tornado has read (and data_received dropped) the body
+
+    async def answer_late(self, refused: Refused) -> None:
+        """Answer a flood's refusal after TARPIT_SECONDS, its body unread: each connection of a
+        flood then costs the service one request a second, and only its own student's."""
+        await asyncio.sleep(TARPIT_SECONDS)
+        if not self._finished and not self.request.connection.stream.closed():
+            self.answer(refused)
+
+    def data_received(self, chunk: bytes):
+        if self.chunks is None:
+            return None  # refused, or gone: dropped
+        self.received += len(chunk)
+        # An upper bound on the values the parser would make, counted before it is asked to.
+        self.values += chunk.count(b"{") + chunk.count(b"[") + chunk.count(b",")
+        if self.values > feedback.MAX_NOTEBOOK_VALUES:
+            self.chunks = None
+            refused = Refused(400, feedback.too_complex_message())
+            self.count(refused)
+            self.leave_line()  # the student's next check need not wait for the rest of this body
+            if self.service.may_drain(self.student[0], self.length() - self.received):
+                self.refusal = refused
+                return None
+            return self.answer_late(refused)  # tornado reads no more of it meanwhile
         self.chunks.append(chunk)
+        return None
 
-    def answer_refusal(self) -> None:
-        """Answer self.refusal, and record it when the student is known (a 401 has no student)."""
-        refused = self.refusal
-        if self.student is not None:
-            student_id, name = self.student
-            self.service.db.open_check(student_id, self.unit, self.part, refused.outcome,
-                                       sha256=refused.extra.get("sha256"), error=refused.message)
-            self.service.log(f"{time.strftime('%H:%M:%S')} {name} {shown(self.unit)} {shown(self.part)}: "
-                             f"{refused.outcome} ({refused.status})")
-        extra = {key: value for key, value in refused.extra.items() if key != "sha256"}
-        if refused.status == 429:
-            self.set_header("Retry-After", str(extra["retry_after"]))
-        self.send(refused.status, {"error": refused.message, **extra})
+    def count(self, refused: Refused) -> None:
+        """Count a refusal for the student, when the student is known (a 401 has none); an
+        admitted check gives up its record and its slot."""
+        if self.student is None:
+            return
+        student_id, name = self.student
+        if self.check_id is not None:
+            self.service.db.drop_check(self.check_id, student_id, refused.outcome, refused.message)
+            self.check_id = None
+        else:
+            self.service.db.refused(student_id, refused.outcome, refused.message)
+        self.service.log(f"{time.strftime('%H:%M:%S')} {name} {shown(self.unit)} {shown(self.part)}: "
+                         f"{refused.outcome} ({refused.status})")
+
+    def answer(self, refused: Refused) -> None:
+        if refused.status == 429 and "retry_after" in refused.extra:
+            self.set_header("Retry-After", str(refused.extra["retry_after"]))
+        self.send(refused.status, {"error": refused.message, **refused.extra})
 
     async def post(self):
         if self._finished:
             return
         if self.refusal is not None:
-            return self.answer_refusal()
-        started = time.perf_counter()
-        try:
-            data = self.read_request()
-            check_id = self.service.admit(self.student[0], self.unit, self.part, data)
-        except Refused as refused:
-            self.refusal = refused
-            return self.answer_refusal()
-        except feedback.NotGradable as err:  # an unknown part
-            self.refusal = Refused(400, str(err))
-            return self.answer_refusal()
+            return self.answer(self.refusal)
+        if self.chunks is None:  # gone
+            return
+        chunks, self.chunks = self.chunks, None
+        data, sha, problem = await asyncio.get_running_loop().run_in_executor(
+            self.service.reader, read_notebook, self.unit, chunks)
+        if self.ticket.left:  # the connection closed meanwhile
+            return
+        if problem:
+            refused = Refused(413 if len(data) > MAX_BODY_BYTES else 400, problem)
+            self.count(refused)
+            return self.answer(refused)
+        if not await self.service.turns.a_worker(self.ticket):
+            return
+        self.grading = True
         try:
             result = await self.service.grade({"unit": self.unit, "part": self.part, "notebook": data})
         finally:
-            self.service.in_flight -= 1
-        self.finish_check(check_id, result, time.perf_counter() - started)
+            self.grading = False
+        self.finish_check(result, sha, time.perf_counter() - self.started)
 
-    def read_request(self) -> bytes:
-        """The notebook's bytes (and self.unit, self.part), or Refused with the sentence that says why not."""
-        try:
-            body = json.loads(b"".join(self.chunks))
-        except (ValueError, RecursionError):
-            raise Refused(400, "the request is not JSON: send {\"unit\", \"part\", \"notebook\"}") from None
-        if not isinstance(body, dict):
-            raise Refused(400, "the request must be a JSON object: {\"unit\", \"part\", \"notebook\"}")
-        unit, part = body.get("unit"), body.get("part")
-        # What is recorded, whatever they are.
-        self.unit, self.part = ("" if unit is None else str(unit)[:100]), ("" if part is None else str(part)[:100])
-        # The unit is only ever compared with the names served, never used to find a file.
-        if not isinstance(unit, str) or unit not in self.service.units:
-            served = ", ".join(self.service.units)
-            raise Refused(404, f"this feedback service does not grade that unit; it grades {served}")
-        if part is None or part == "":
-            part = self.part = feedback.ALL
-        if not isinstance(part, str):
-            raise Refused(400, "the part must be the name of a graded part, or \"all\"")
-        if len(part) > 100:
-            raise Refused(400, f"{unit} has no graded part by that name")
-        notebook = body.get("notebook")
-        if not isinstance(notebook, dict):
-            raise Refused(400, "that is not a Jupyter notebook: send the saved .ipynb's JSON as \"notebook\"")
-        try:
-            data = json.dumps(notebook, ensure_ascii=False).encode("utf-8", "surrogatepass")
-        except (ValueError, RecursionError):
-            raise Refused(400, "that is not a Jupyter notebook (it cannot be read as one)") from None
-        if len(data) > feedback.MAX_NOTEBOOK_BYTES:
-            raise Refused(413, feedback.too_large_message(len(data)))
-        problem = feedback.notebook_problem(unit, data)
-        if problem:
-            raise Refused(400, problem)
-        return data
+    def on_finish(self) -> None:
+        self.release()
 
-    def finish_check(self, check_id: int, result: dict, seconds: float) -> None:
-        name, unit, part = self.student[1], self.unit, self.part
+    def on_connection_close(self) -> None:
+        super().on_connection_close()
+        if self.grading or self._finished:
+            return  # a check being graded finishes, and counts, all the same
+        if self.check_id is not None:
+            self.service.db.drop_check(self.check_id, self.student[0], records.GONE,
+                                       "the connection closed before the check was graded")
+            self.check_id = None
+        self.chunks = None
+        self.release()
+
+    def leave_line(self) -> None:
+        if self.ticket is not None:
+            self.service.turns.leave(self.ticket)
+
+    def release(self) -> None:
+        """The request is answered, or gone: it holds nothing any more (called once or twice)."""
+        self.leave_line()
+        if self.opened:
+            self.opened = False
+            student_id = self.student[0]
+            left = self.service.open_requests.get(student_id, 1) - 1
+            if left:
+                self.service.open_requests[student_id] = left
+            else:
+                self.service.open_requests.pop(student_id, None)
+        if self.anonymous_drain:
+            self.anonymous_drain = False
+            self.service.anonymous_drains -= 1
+
+    def finish_check(self, result: dict, sha: str, seconds: float) -> None:
+        name, unit, part, check_id = self.student[1], self.unit, self.part, self.check_id
+        self.check_id = None
         stamp = time.strftime("%H:%M:%S")
         if result.get("ok"):
+            self.service.turns.graded(self.student[0], bool(result.get("over_budget")))
             report = result["report"]
-            self.service.db.close_check(check_id, records.GRADED, True, report)
+            self.service.db.close_check(check_id, records.GRADED, True, report, sha256=sha)
             named = sorted({m for p in report["parts"] for m in p["mistakes"]})
             self.service.log(f"{stamp} {name} {unit} {part}: graded {report['score']:g}/{report['max_score']:g}"
                              f"{' named ' + ','.join(named) if named else ''} in {seconds:.1f} s")
             return self.send(200, report)
         if result.get("kind") == "student":  # found while grading: it took the slot, like a graded check
             message = result["error"]
-            self.service.db.close_check(check_id, records.BAD_INPUT, True, error=message)
+            self.service.db.close_check(check_id, records.BAD_INPUT, True, error=message, sha256=sha)
             self.service.log(f"{stamp} {name} {unit} {part}: bad input, found while grading ({ascii(message)[1:80]})")
             return self.send(400, {"error": message})
         message = ("the grader failed on this check; that is not your notebook's fault, and it did not count "
                    "against your checks: try again in a few minutes, and tell your instructor if it happens again")
-        self.service.db.close_check(check_id, records.GRADER_FAILED, False, error=result.get("error"))
+        self.service.db.close_check(check_id, records.GRADER_FAILED, False, error=result.get("error"), sha256=sha)
         self.service.log(f"{stamp} {name} {unit} {part}: GRADER FAILED: {ascii(str(result.get('error')))[1:200]}")
         self.send(503, {"error": message})
 
@@ -431,7 +849,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--scheduler", default=None, help="a Dask scheduler's address: grade on that cluster")
     parser.add_argument("--limit", type=int, default=DEFAULT_LIMIT, help="checks per student, per part, per window")
     parser.add_argument("--window", type=float, default=DEFAULT_WINDOW, help="the limit's window, in seconds")
-    parser.add_argument("--queue", type=int, default=DEFAULT_QUEUE, help="checks in flight before it answers busy")
+    parser.add_argument("--queue", type=int, default=DEFAULT_QUEUE,
+                        help="checks in line in all before a student who already has one in line is told busy")
     parser.add_argument("--add-students", default=None, metavar="A,B,...",
                         help="make a token for each student, print `student token` lines, and exit")
     parser.add_argument("--csv", default=None, help="with --add-students: also write the tokens to this CSV file")
@@ -524,165 +943,3 @@ if __name__ == "__main__":
     sys.exit(main(sys.argv[1:]))
 
 
-# ---------------------------------------------------------------- the load test (tests, and `bench feedback`)
-
-LOAD_UNIT = "01_attention"
-LOAD_FILES = ("correct_einsum", "wrong_no_scaling", "wrong_softmax_axis_zero")  # each costs a CLI run
-# What each student sends at once, in turn: one part twice; every part and one part; one part and
-# every part. With one check per part allowed, exactly one of each pair is over the limit.
-LOAD_PATTERNS = (("softmax", "softmax"), ("all", "scaled_dot_product_attention"), ("self_attention", "all"))
-
-
-def notebook_of(source: str) -> dict:
-    """A notebook whose one code cell is `source` (the grader grades a notebook on its code)."""
-    return {"nbformat": 4, "nbformat_minor": 5, "metadata": {},
-            "cells": [{"cell_type": "code", "id": "answer", "metadata": {}, "execution_count": None,
-                       "outputs": [], "source": source}]}
-
-
-def cut_report(report: dict, part: str) -> dict:
-    """`report` (every part) cut down to the part asked, as `feedback_for` answers for that part."""
-    parts = [p for p in report["parts"] if part == feedback.ALL or p["name"] == part]
-    return {"unit": report["unit"], "parts": parts, "score": sum(p["points"] for p in parts),
-            "max_score": sum(p["max_points"] for p in parts)}
-
-
-def expected_outcomes(parts_in_order: list[str], unit: str, limit: int) -> list[str]:
-    """What the limit should make of one student's checks, in the order the service took them."""
-    from .units import get_unit
-
-    names = [p.name for p in get_unit(unit).parts]
-    used = dict.fromkeys(names, 0)
-    outcomes = []
-    for part in parts_in_order:
-        asked = names if part == feedback.ALL else [part]
-        if all(used[name] < limit for name in asked):
-            for name in asked:
-                used[name] += 1
-            outcomes.append(records.GRADED)
-        else:
-            outcomes.append(records.OVER_LIMIT)
-    return outcomes
-
-
-def load_test(students: int = 25, limit: int = 1, workers: int | None = None, files=LOAD_FILES, log=print) -> dict:
-    """`students` students each send two checks of unit 01, all at once, to a service on
-    localhost with `limit` checks per part; then every answer is compared with
-    `python -m autograder feedback` on the same file, the refusals with what the limit allows
-    in the order the service took the checks, and the database with the requests sent.
-
-    Returns the figures and `problems` (one line each; empty when all is as it should be)."""
-    import shutil
-    import subprocess
-    import tempfile
-    from concurrent.futures import ThreadPoolExecutor
-
-    from tornado.httpclient import AsyncHTTPClient, HTTPRequest
-
-    from .paths import ROOT
-
-    folder = Path(tempfile.mkdtemp(prefix="feedback-load-"))
-    try:
-        sources = {name: (ROOT / "tests" / "submissions" / LOAD_UNIT / f"{name}.py").read_text() for name in files}
-        for name, source in sources.items():
-            (folder / f"{name}.ipynb").write_text(json.dumps(notebook_of(source)))
-
-        def cli(name: str) -> dict:  # `course.py check`'s run, as JSON
-            proc = subprocess.run([sys.executable, "-m", "autograder", "feedback", LOAD_UNIT,
-                                   str(folder / f"{name}.ipynb"), "--part", "all"],
-                                  cwd=ROOT, capture_output=True, text=True, timeout=600)
-            return json.loads(proc.stdout)
-
-        started = time.perf_counter()
-        with ThreadPoolExecutor(workers or os.cpu_count() or 1) as pool:
-            expected = dict(zip(sources, pool.map(cli, sources), strict=True))
-        log(f"`python -m autograder feedback` on the {len(sources)} files: {time.perf_counter() - started:.1f} s")
-
-        db = Database(f"sqlite:///{folder / 'feedback.db'}")
-        names = [f"s{i:02d}" for i in range(students)]
-        tokens = db.add_students(names)
-        plan = []  # (student, part, file), in the order sent
-        for i, name in enumerate(names):  # every file is sent in every pattern
-            for part in LOAD_PATTERNS[i % len(LOAD_PATTERNS)]:
-                plan.append((name, part, files[i // len(LOAD_PATTERNS) % len(files)]))
-        grading = Grading(workers)
-        service = Service([LOAD_UNIT], db, grading, limit=limit, log=lambda line: None)
-        try:
-            grading.warm_up([LOAD_UNIT])
-            port = service.start()
-            bodies = {name: json.dumps({"unit": LOAD_UNIT, "notebook": notebook_of(source)}) for name, source in
-                      sources.items()}
-
-            async def send_all() -> tuple[list, float]:
-                client = AsyncHTTPClient(force_instance=True, max_clients=len(plan))
-                started = time.perf_counter()
-
-                async def one(student: str, part: str, name: str):
-                    body = bodies[name][:-1] + f', "part": {json.dumps(part)}}}'
-                    request = HTTPRequest(f"http://127.0.0.1:{port}/api/check", method="POST", body=body,
-                                          headers={"Authorization": f"Bearer {tokens[student]}"},
-                                          request_timeout=1200, connect_timeout=60)
-                    response = await client.fetch(request, raise_error=False)
-                    return response.code, json.loads(response.body or b"{}"), time.perf_counter() - started
-
-                try:
-                    return await asyncio.gather(*(one(*sent) for sent in plan)), started
-                finally:
-                    client.close()
-
-            answers, _ = asyncio.run(send_all())
-            held = db.records()
-        finally:
-            service.stop()
-    finally:
-        shutil.rmtree(folder, ignore_errors=True)
-
-    problems = []
-    graded = [(sent, a) for sent, a in zip(plan, answers, strict=True) if a[0] == 200]
-    for (student, part, name), (status, body, _) in zip(plan, answers, strict=True):
-        if status == 200 and body != cut_report(expected[name], part):
-            problems.append(f"{student}'s check of {part} ({name}) differs from `python -m autograder feedback`")
-        elif status not in (200, 429):
-            problems.append(f"{student}'s check of {part} ({name}) was answered {status}: {body}")
-    if len(held) != len(plan):
-        problems.append(f"{len(plan)} requests but {len(held)} records")
-    refused_expected = 0
-    for name in names:
-        mine = [r for r in held if r["student"] == name]
-        sent = sorted(part for student, part, _ in plan if student == name)
-        if sorted(r["part"] for r in mine) != sent:
-            problems.append(f"{name} sent {sent}, the database holds {sorted(r['part'] for r in mine)}")
-        should = expected_outcomes([r["part"] for r in mine], LOAD_UNIT, limit)
-        refused_expected += should.count(records.OVER_LIMIT)
-        if [r["outcome"] for r in mine] != should:
-            problems.append(f"{name}: the limit should have made {should} of {[r['part'] for r in mine]}, "
-                            f"the service made {[r['outcome'] for r in mine]}")
-        statuses = sorted(a[0] for sent, a in zip(plan, answers, strict=True) if sent[0] == name)
-        if statuses != sorted({records.GRADED: 200, records.OVER_LIMIT: 429}.get(r["outcome"], 0) for r in mine):
-            problems.append(f"{name}: answered {statuses}, recorded {[r['outcome'] for r in mine]}")
-    file_of = {hashlib.sha256(json.dumps(notebook_of(source), ensure_ascii=False).encode()).hexdigest(): name
-               for name, source in sources.items()}
-    for record in held:
-        if record["outcome"] == records.GRADED:
-            want = cut_report(expected[file_of[record["sha256"]]], record["part"])
-            if record["score"] != want["score"] or record["parts"] != {
-                    p["name"]: {"points": p["points"], "max_points": p["max_points"], "mistakes": p["mistakes"]}
-                    for p in want["parts"]}:
-                problems.append(f"{record['student']}'s record of {record['part']} differs from its answer")
-    last = max(seconds for _, _, seconds in answers)
-    graded_times = [a[2] for _, a in graded]
-    result = {"sent": len(plan), "answered": sum(1 for a in answers if a[0]), "graded": len(graded),
-              "refused": sum(1 for a in answers if a[0] == 429), "refused_expected": refused_expected,
-              "records": len(held), "seconds": last, "checks_per_minute": len(graded) / last * 60 if graded else 0.0,
-              "first_answer_s": min(a[2] for a in answers),
-              "first_graded_s": min(graded_times) if graded_times else float("nan"),
-              "workers": grading.workers, "answers": answers, "plan": plan, "problems": problems}
-    log(f"{result['sent']} checks sent at once by {students} students ({limit} per part allowed), "
-        f"{grading.workers} grading workers: {result['answered']} answered, {result['graded']} graded, "
-        f"{result['refused']} refused over the limit ({refused_expected} expected), {len(held)} records")
-    log(f"{result['checks_per_minute']:.0f} checks graded per minute; "
-        f"first answer after {result['first_answer_s']:.2f} s, "
-        f"first graded answer after {result['first_graded_s']:.2f} s, last after {last:.1f} s")
-    log("every answer as `python -m autograder feedback` gives it, every record as answered" if not problems
-        else "PROBLEMS:\n  " + "\n  ".join(problems))
-    return result

@@ -39,6 +39,7 @@ import sys
 import textwrap
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import warnings
 from pathlib import Path
@@ -274,9 +275,12 @@ def _ask_service(url: str, token: str, unit: str, part: str, data: bytes) -> dic
     for cell in notebook.get("cells", []) if isinstance(notebook, dict) else []:
         if isinstance(cell, dict) and cell.get("cell_type") == "code":
             cell["outputs"], cell["execution_count"] = [], None  # figures are not graded: send the code only
-    body = json.dumps({"unit": unit, "part": part, "notebook": notebook}).encode()
-    request = urllib.request.Request(f"{url}/api/check", data=body, method="POST", headers={
-        "Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    # The unit and part go in the address, so that the service can refuse a check (the limit, a
+    # full line) from the request's headers, before it reads the notebook; the body is the notebook.
+    body = json.dumps(notebook).encode()
+    query = urllib.parse.urlencode({"unit": unit, "part": part})
+    request = urllib.request.Request(f"{url}/api/check?{query}", data=body, method="POST", headers={
+        "Authorization": f"Bearer {token}", "Content-Type": "application/x-ipynb+json"})
     try:
         with urllib.request.urlopen(request, timeout=REQUEST_SECONDS) as response:
             return {"ok": True, "report": json.loads(response.read()), "by": f"the course's feedback service ({url})"}
@@ -285,8 +289,9 @@ def _ask_service(url: str, token: str, unit: str, part: str, data: bytes) -> dic
             said = json.loads(err.read()).get("error")
         except (ValueError, AttributeError):
             said = None
-        # 400/404/413: the notebook or request (the student's to fix); anything else: ask again later.
-        kind = "student" if err.code in (400, 404, 413) else "service"
+        # 400/404/411/413: the notebook or request (the student's to fix); anything else (429: over the
+        # limit or too many waiting, 503: busy): ask again later.
+        kind = "student" if err.code in (400, 404, 411, 413) else "service"
         return {"ok": False, "kind": kind, "error": said or f"the feedback service answered {err.code} {err.reason}"}
     except (urllib.error.URLError, OSError, ValueError) as err:
         reason = getattr(err, "reason", err)

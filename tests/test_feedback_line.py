@@ -111,7 +111,8 @@ def test_the_check_line_asks_a_configured_service_and_shows_its_refusal(private_
         feedback.ask_graders("01_attention", "softmax")
         out = capsys.readouterr().out
         assert "You have used your 1 check of `softmax` per hour" in out and NAMED not in out, out
-        assert [(r["student"], r["outcome"]) for r in db.records()] == [("ada", RECORDED_GRADED), ("ada", OVER_LIMIT)]
+        assert [(r["student"], r["outcome"]) for r in db.records()] == [("ada", RECORDED_GRADED)]
+        assert [(r["student"], r["outcome"], r["count"]) for r in db.refusals()] == [("ada", OVER_LIMIT, 1)]
     finally:
         service.stop()
 

@@ -44,7 +44,7 @@ TASKS = {
     "autograde": ["-m", "autograder", "autograde"],
     "feedback-server": ["-m", "autograder", "feedback-server"],
     "feedback-report": ["-m", "autograder", "feedback-report"],
-    "lab": ["-m", "jupyter", "lab", "--notebook-dir", str(ROOT)],
+    "lab": ["-m", "jupyter", "lab"],  # in the course folder (its cwd): the file browser opens there
 }
 
 

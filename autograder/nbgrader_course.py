@@ -20,6 +20,27 @@ from .paths import ROOT, SOLUTIONS
 CELL_TIMEOUT = 30
 
 
+def validate_kernel_manager():
+    """The kernel manager of Validate's kernel (nbgrader's Execute, in `nbgrader validate` and
+    behind the lab's Validate button): that kernel, and only that one, draws figures off screen
+    (no window to show them in) and is told how long a grade cell may wait for the hidden
+    graders' verdict (coursekit.feedback.validate_part). Set in the process's environment
+    instead, both would reach every kernel the lab starts: no chapter would show a figure."""
+    from jupyter_client import AsyncKernelManager
+
+    from coursekit.feedback import VALIDATE_WAIT_ENV
+
+    from .nbgrader_grades import GRADE_CELL_VALIDATE_SECONDS
+
+    class ValidateKernelManager(AsyncKernelManager):
+        async def start_kernel(self, **kw):
+            kw["env"] = {**kw.get("env", os.environ), "MPLBACKEND": "Agg",
+                         VALIDATE_WAIT_ENV: str(GRADE_CELL_VALIDATE_SECONDS - 30)}
+            return await super().start_kernel(**kw)
+
+    return ValidateKernelManager
+
+
 def restore_deleted_grade_cells_preprocessor():
     """nbgrader's OverwriteCells, with a restore of deleted grade cells that works, and a
     notebook with duplicated grade cells graded rather than dropped.
@@ -140,9 +161,8 @@ def configure(c, root: Path) -> None:
     )
 
     from .inert import InertFeedbackExporter, InertNotebook
-    from .kernel import SandboxedExecute
+    from .kernel import SandboxedExecute, SandboxedKernelManager
     from .nbgrader_grades import (
-        GRADE_CELL_VALIDATE_SECONDS,
         FillGradeCells,
         InertOutputs,
         StartTrustedGrading,
@@ -183,9 +203,11 @@ def configure(c, root: Path) -> None:
     # and the kernel (which inherits this process's environment) is told how long it may wait.
     c.Execute.timeout_func = validate_timeout
     c.SandboxedExecute.timeout_func = None
-    from coursekit.feedback import VALIDATE_WAIT_ENV
-
-    os.environ[VALIDATE_WAIT_ENV] = str(GRADE_CELL_VALIDATE_SECONDS - 30)
+    # Nothing here may change a student's kernel: these settings are also read by the Jupyter
+    # server that `course.py lab` (or `jupyter lab` in the course folder) starts, and every kernel
+    # it starts inherits the server's environment. What Validate's kernel needs goes to it alone.
+    c.Execute.kernel_manager_class = validate_kernel_manager()
+    c.SandboxedExecute.kernel_manager_class = SandboxedKernelManager  # a section of its own outranks its parent's
     # Feedback: keep the hidden part of grade cells hidden. The autograded notebook is not
     # trusted to be inert: its outputs and cells are made inert again, and the exporter cleans
     # the rendered page's body after rendering (nbgrader's SanitizeHTML, disabled unless
@@ -194,7 +216,6 @@ def configure(c, root: Path) -> None:
     # a listed copy is disabled, and the template, nbconvert's classic, runs its own.)
     c.GenerateFeedback.preprocessors = [GetGrades, ClearHiddenTests, InertOutputs, InertNotebook]
     c.GenerateFeedback.exporter_class = InertFeedbackExporter
-    os.environ.setdefault("MPLBACKEND", "Agg")
 
 
 CONFIG_TEMPLATE = """\

@@ -96,9 +96,12 @@ class WaitTimedOut(AssertionError):
 
 class JupyterLab:
     """`jupyter lab` on `root`, with its own settings, and `kernels` ({name: env}) as extra
-    kernelspecs: the stock Python kernel with these variables set, as a hub would set them."""
+    kernelspecs: the stock Python kernel with these variables set, as a hub would set them.
+    `command` starts it another way (`course.py lab`, as a student does); the options that
+    give it a port, a token and `root` are added after it."""
 
-    def __init__(self, root: Path, home: Path, kernels: dict[str, dict[str, str]] | None = None):
+    def __init__(self, root: Path, home: Path, kernels: dict[str, dict[str, str]] | None = None,
+                 command: list[str] | None = None):
         self.root, self.home = root, home
         self.port, self.token = free_port(), secrets.token_hex(16)
         self.url = f"http://127.0.0.1:{self.port}"
@@ -126,8 +129,8 @@ class JupyterLab:
         self.log = home / "jupyterlab.log"
         # CI runs as root; JupyterLab refuses root without --allow-root.
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-             f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={root}", "--allow-root"],
+            [*(command or [sys.executable, "-m", "jupyter", "lab"]), "--no-browser", "--ip=127.0.0.1",
+             f"--port={self.port}", f"--ServerApp.token={self.token}", f"--ServerApp.root_dir={root}", "--allow-root"],
             env=env, cwd=root, stdout=self.log.open("w"), stderr=subprocess.STDOUT, start_new_session=True)
 
     def wait_ready(self, timeout: float = 120.0) -> None:
@@ -314,6 +317,13 @@ class NotebookPage:
         wanted = normalise(text)
         return self.wait(lambda: wanted in normalise(self.output_text(index)) and self.output_text(index),
                          f"cell {index}'s output to show {text!r}", timeout, lambda: self.output_text(index))
+
+    def images(self, index: int) -> list[str]:
+        """The `src` of every image in cell `index`'s output (a figure is an `<img>` of a PNG)."""
+        from selenium.webdriver.common.by import By
+
+        return [img.get_attribute("src") or "" for img in
+                self.cell(index).find_elements(By.CSS_SELECTOR, ".jp-OutputArea img")]
 
     def wait_ran(self, index: int, timeout: float) -> str:
         """Wait until cell `index` has run (its prompt shows a number, not `*` or nothing)."""

@@ -257,3 +257,46 @@ def test_the_check_line_names_the_mistake_through_the_feedback_service(open_note
     assert recorded == [("ada", UNIT, PART, "graded", [MISTAKE])], (
         f"the service should have recorded this one check, with the mistake it named; its records: {records}")
 
+
+
+# ---------------------------------------------------------------------------------- figures
+CHAPTER = ROOT / "chapters" / "01_attention.ipynb"
+FIGURE_CELLS = (1, 3, 5)  # the imports, the recurrent network's set-up, and its first figure
+
+
+@pytest.fixture(scope="module")
+def course_lab(tmp_path_factory):
+    """`course.py lab` as a student starts it (from the course folder, so the Jupyter server
+    reads the course's nbgrader settings, with the environment a shell gives it), serving a
+    copy of chapter 01: its figures are drawn, never saved over the repository's notebook."""
+    root = tmp_path_factory.mktemp("course_lab_root")
+    shutil.copy(CHAPTER, root / CHAPTER.name)
+    server = JupyterLab(root, tmp_path_factory.mktemp("course_lab_home"),
+                        command=[sys.executable, str(ROOT / "course.py"), "lab"])
+    driver = None
+    try:
+        server.wait_ready()
+        driver = start_chromium(tmp_path_factory.mktemp("course_lab_chromium"))
+        yield server, driver
+    finally:
+        if driver is not None:
+            driver.quit()
+        server.stop()
+
+
+@needs_chromium
+def test_a_chapter_shows_its_figures_in_the_course_lab(course_lab, tmp_path):
+    """Issue 27: nothing the course's nbgrader settings do reaches a student's kernel, so
+    `plt.show()` in a chapter draws its figure inline (it printed nothing while the settings
+    set MPLBACKEND=Agg in the Jupyter server, whose kernels inherit its environment)."""
+    lab, driver = course_lab
+    page = NotebookPage(driver, lab, CHAPTER.name, tmp_path)
+    page.open()
+    for index in FIGURE_CELLS:
+        page.run(index)
+        page.wait_ran(index, CHECK_SECONDS)
+    figure = FIGURE_CELLS[-1]
+    shown = page.wait(lambda: [src for src in page.images(figure) if src.startswith("data:image/png;base64,")],
+                      f"cell {figure}'s figure (an <img> of a PNG)", 60,
+                      lambda: f"images {page.images(figure)}; text:\n{page.output_text(figure)}")
+    assert len(shown) == 1 and len(shown[0]) > 5000, "the figure should be one PNG of a plotted chart"

@@ -45,7 +45,7 @@ def grader_file(unit: str) -> Path:
     return path
 
 
-def pytest_command(unit: str, submission: Path, report: Path) -> list[str]:
+def pytest_command(unit: str, submission: Path, report: Path, parts: list[str] | None = None) -> list[str]:
     # A unit with a shorter cell limit (its notebook's cells are quick) loads the submission
     # under it too: a visible check that loops stops there, not after nbgrader's 30 s.
     cell_seconds = get_unit(unit).cell_seconds
@@ -56,11 +56,13 @@ def pytest_command(unit: str, submission: Path, report: Path) -> list[str]:
             "--grading-json", str(report), "-q", "--no-header", "-p", "no:cacheprovider",
             "-p", "autograder.plugin", "--noconftest",
             "--rootdir", str(ROOT), "-o", "addopts=",
-            *(["--cell-seconds", str(cell_seconds)] if cell_seconds else [])]
+            *(["--cell-seconds", str(cell_seconds)] if cell_seconds else []),
+            *(["--parts", ",".join(parts)] if parts else [])]
 
 
-def start_grading(unit: str, submission: str | Path) -> GradingRun:
-    return GradingRun(unit, Path(submission).resolve())
+def start_grading(unit: str, submission: str | Path, parts: list[str] | None = None) -> GradingRun:
+    """The run of `unit`'s hidden tests on `submission`: every part's, or those of `parts` only."""
+    return GradingRun(unit, Path(submission).resolve(), parts)
 
 
 class GradingRun:
@@ -69,13 +71,13 @@ class GradingRun:
     Started at once and collected later, so nbgrader's kernel can run the notebook while
     the grader runs the tests."""
 
-    def __init__(self, unit: str, submission: Path):
+    def __init__(self, unit: str, submission: Path, parts: list[str] | None = None):
         self.unit, self.submission = unit, submission
         self.folder = tempfile.TemporaryDirectory(prefix="grading-")
         self.report_path = Path(self.folder.name) / "report.json"
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                    MPLBACKEND="Agg")
-        command = pytest_command(unit, submission, self.report_path)
+        command = pytest_command(unit, submission, self.report_path, parts)
         if _FORK_RUNS and threading.active_count() == 1:  # forking a threaded process is unsafe
             self.proc = Forked(functools.partial(_pytest_here, command[3:], ROOT, env))
         else:

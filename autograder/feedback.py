@@ -121,12 +121,13 @@ def feedback_for(unit: str, data: bytes, part: str | None = None, name: str = "s
 
     Raises NotGradable (the student's to fix) or GradingFailed (the grader's own failure)."""
     parts = parts_asked(unit, part)
-    return part_reports(unit, graded(unit, data, name), parts)
+    return part_reports(unit, graded(unit, data, name, parts), parts)
 
 
-def graded(unit: str, data: bytes, name: str = "submission.ipynb") -> dict:
-    """The grading run's whole report on the notebook `data` (with its "budget"), once it is
-    known to be one this unit can grade. Raises NotGradable or GradingFailed."""
+def graded(unit: str, data: bytes, name: str = "submission.ipynb", parts: list[str] | None = None) -> dict:
+    """The grading run's report on the notebook `data` (with its "budget"), once it is known to
+    be one this unit can grade: of `parts` only (every part when None, or all of them), so one
+    part's check costs that part's checks. Raises NotGradable or GradingFailed."""
     # A .py file (the CLI's, as `course.py check` takes) is graded as it is; the service sends notebooks.
     problem = None if name.endswith(".py") else notebook_problem(unit, data)
     if problem:
@@ -134,7 +135,8 @@ def graded(unit: str, data: bytes, name: str = "submission.ipynb") -> dict:
     with tempfile.TemporaryDirectory(prefix="feedback-") as folder:
         path = Path(folder) / Path(name).name
         path.write_bytes(data)
-        report, _ = start_grading(unit, path).result()
+        every = parts is None or set(parts) == {p.name for p in get_unit(unit).parts}
+        report, _ = start_grading(unit, path, None if every else parts).result()
     if "error" in report:
         raise NotGradable(f"your notebook could not be graded: {report['error']}")
     return report
@@ -151,7 +153,7 @@ def check_task(task: dict) -> dict:
         classgrading.warm_up_checks(unit)
     try:
         parts = parts_asked(unit, task.get("part"))
-        report = graded(unit, task["notebook"])
+        report = graded(unit, task["notebook"], parts=parts)
         return {"ok": True, "report": part_reports(unit, report, parts),
                 "over_budget": bool((report.get("budget") or {}).get("exceeded"))}
     except NotGradable as err:

@@ -218,8 +218,9 @@ def _running(pending: Path) -> bool:
         return False
 
 
-def grade(unit: str, part: str, data: bytes, wait: float = REQUEST_SECONDS) -> dict | None:
-    """The answer for notebook bytes `data` (see `_answer`), or None if none came within `wait`."""
+def grade(unit: str, part: str, data: bytes, wait: float = REQUEST_SECONDS, progress=None) -> dict | None:
+    """The answer for notebook bytes `data` (see `_answer`), or None if none came within `wait`.
+    `progress(seconds)`, if given, is called about once a second while the answer is awaited."""
     answer = _cached(unit, part, data)
     if answer is not None:
         return answer
@@ -235,15 +236,85 @@ def grade(unit: str, part: str, data: bytes, wait: float = REQUEST_SECONDS) -> d
             start_new_session=True,  # it finishes (and leaves its answer) even if this kernel stops waiting
         )
         pending.write_text(str(child.pid))
-    deadline = time.monotonic() + wait
-    while time.monotonic() < deadline:
+    began = time.monotonic()
+    shown = 0
+    while time.monotonic() < began + wait:
         answer = _cached(unit, part, data)
         if answer is not None:
             return answer
         if not _running(pending) and not out.exists():
             return {"ok": False, "kind": "grader", "error": "the grading process stopped without an answer"}
+        if progress is not None and int(time.monotonic() - began) > shown:
+            shown = int(time.monotonic() - began)
+            progress(shown)
         time.sleep(0.2)
     return None
+
+
+# How long this machine's last checks of each unit and part took (the check line's estimate).
+DURATIONS_KEPT = 5
+
+
+def _durations_path() -> Path:
+    return cache_dir() / "durations.json"
+
+
+def past_duration(unit: str, part: str) -> float | None:
+    """The median of the last checks of this part (or, failing that, of any part of the unit)
+    that were graded, not answered from the cache; None before the first."""
+    try:
+        known = json.loads(_durations_path().read_text())
+    except (OSError, ValueError):
+        return None
+    seconds = known.get(f"{unit}/{part}") or [s for key, kept in known.items()
+                                            if key.startswith(f"{unit}/") for s in kept]
+    seconds = sorted(s for s in seconds if isinstance(s, (int, float)))
+    return seconds[len(seconds) // 2] if seconds else None
+
+
+def _remember_duration(unit: str, part: str, seconds: float) -> None:
+    path = _durations_path()
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if not isinstance(known, dict):
+        known = {}
+    kept = [s for s in known.get(f"{unit}/{part}", []) if isinstance(s, (int, float))]
+    known[f"{unit}/{part}"] = [*kept, round(seconds, 1)][-DURATIONS_KEPT:]
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(known))
+
+
+class _Line:
+    """One line of output that can be rewritten in place: a display in a Jupyter kernel (the
+    page shows its latest text); elsewhere the first and the last text are printed."""
+
+    def __init__(self, text: str):
+        self.handle = None
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+
+            if getattr(get_ipython(), "kernel", None) is not None:
+                self.handle = display({"text/plain": text}, raw=True, display_id=True)
+        except ImportError:
+            pass
+        if self.handle is None:
+            print(text, flush=True)
+        self.text = text
+
+    def update(self, text: str) -> None:
+        self.text = text
+        if self.handle is not None:
+            self.handle.update({"text/plain": text}, raw=True)
+
+    def close(self, text: str) -> None:
+        if self.handle is not None:
+            self.update(text)
+        else:
+            print(text, flush=True)
 
 
 def _answer(unit: str, part: str, snapshot: Path) -> dict:
@@ -334,9 +405,27 @@ def ask_graders(unit: str, part: str | None = None) -> None:
     if service() is None and not local_graders(unit):
         print(_answer(unit, part, path)["error"])
         return
-    print(f"Grading {path.name} as saved ({'every part' if part == ALL else f'`{part}`'}) ...", flush=True)
+    what = "every part" if part == ALL else f"`{part}`"
+    if _cached(unit, part, data) is not None:
+        line, began = None, None  # graded before, unchanged since: the answer is at hand
+    else:
+        before = past_duration(unit, part)
+        estimate = f" (about {before:.0f} s, as the last checks here took)" if before else ""
+        line, began = _Line(f"Grading {path.name} as saved ({what}){estimate} ..."), time.monotonic()
+
+    def progress(seconds: int) -> None:
+        line.update(f"Grading {path.name} as saved ({what}){estimate}: {seconds} s so far ...")
+
     saved_at = time.strftime("%H:%M:%S", time.localtime(path.stat().st_mtime))
-    print(_render(grade(unit, part, data), saved_at))
+    answer = grade(unit, part, data, progress=progress if line else None)
+    if answer is None:
+        answer = {"ok": False, "kind": "grader", "error": f"the graders gave no answer within {REQUEST_SECONDS:g} s"}
+    if line is not None:
+        took = time.monotonic() - began
+        if answer is not None and answer.get("ok"):
+            _remember_duration(unit, part, took)
+        line.close(f"Graded {path.name} as saved ({what}) in {took:.0f} s.")
+    print(_render(answer, saved_at))
 
 
 # ---------------------------------------------------------------- nbgrader validate

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.feedback import feedback_for
+from autograder.feedback import feedback_for, graded
 from autograder.paths import ROOT, release_notebook, solution_notebook
 from autograder.submission import nbgrader_meta
 from autograder.units import UNITS
@@ -83,6 +84,9 @@ def test_the_check_line_in_a_kernel_names_the_mistake_of_the_saved_answer(privat
                    ).execute()
     text = "".join(o.get("text", "") for o in run.cells[-1].outputs)
     assert "`softmax`: 3 / 4 points" in text and NAMED in text, text
+    # Above the report, the line that counted the seconds while the graders worked, in its last state.
+    shown = [o["data"]["text/plain"] for o in run.cells[-1].outputs if o.get("output_type") == "display_data"]
+    assert len(shown) == 1 and re.fullmatch(rf"Graded {path.name} as saved \(`softmax`\) in \d+ s\.", shown[0]), shown
     assert "as saved at" in text and "Careful" not in text, text
     # The same report, word for word, as the graders' own (`python -m autograder feedback`).
     report = feedback_for("01_attention", path.read_bytes(), "softmax")
@@ -115,6 +119,31 @@ def test_the_check_line_asks_a_configured_service_and_shows_its_refusal(private_
         assert [(r["student"], r["outcome"], r["count"]) for r in db.refusals()] == [("ada", OVER_LIMIT, 1)]
     finally:
         service.stop()
+
+
+def test_a_part_asked_alone_is_graded_alone_and_reads_as_in_the_whole_report():
+    """Issue 27: asking about one part runs that part's checks only (so it costs what they cost),
+    and its report is word for word the one the whole notebook's grading gives that part."""
+    data = (ROOT / "tests" / "submissions" / "01_attention" / "wrong_softmax_axis_zero.py").read_bytes()
+    whole = feedback_for("01_attention", data, None, "submission.py")
+    for part in ("softmax", "self_attention"):  # the mistake's own part, and one that uses it
+        run = graded("01_attention", data, "submission.py", [part])
+        assert {check["name"].split("/")[0] for check in run["checks"]} == {part}
+        alone = feedback_for("01_attention", data, part, "submission.py")
+        assert alone["parts"] == [p for p in whole["parts"] if p["name"] == part]
+    assert whole["parts"][0]["points"] < whole["parts"][0]["max_points"]  # the mistake is seen
+
+
+def test_the_check_line_estimates_from_this_machines_last_checks(private_cache):
+    assert feedback.past_duration("04_block", "gelu") is None  # nothing known before the first check
+    for seconds in (4.0, 30.0, 5.0):
+        feedback._remember_duration("04_block", "gelu", seconds)
+    assert feedback.past_duration("04_block", "gelu") == 5.0  # the median: one slow check does not move it
+    assert feedback.past_duration("04_block", "layer_norm") == 5.0  # another part: the unit's checks
+    assert feedback.past_duration("05_model", "GPT") is None
+    for seconds in range(10):
+        feedback._remember_duration("04_block", "gelu", float(seconds))
+    assert feedback.past_duration("04_block", "gelu") == 7.0  # the last five: 5, 6, 7, 8, 9
 
 
 def test_the_check_line_says_when_the_saved_file_is_not_what_ran():

@@ -98,6 +98,9 @@ class Check:
     # Checks of the same part that must pass too for this one to count: a yes/no answer
     # such as a leak detector's would otherwise earn half its points by never changing.
     requires: tuple[str, ...] = ()
+    # Why, in the student's words, a passed check counts only with `requires` (the message of a
+    # check voided by apply_requirements); the default says it of an answer that never changes.
+    requires_why: str = ""
     # For checks that take more than one call (build a module, load weights, run forward,
     # read gradients): probe(api, inputs) -> the value to compare. It is written once and
     # run three ways: against the student's worker, the reference, and each catalogued
@@ -926,8 +929,8 @@ def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResu
         if r.passed and unmet:
             r.passed, r.points = False, 0.0
             r.message += (
-                f", but not counted: it only counts together with getting {what[unmet[0]]} right "
-                "(an answer that never changes would otherwise pass half of these checks)"
+                f", but not counted yet: {check.requires_why or 'an answer that never changes would pass it too'}, "
+                f"so this point counts once this check passes as well: {what[unmet[0]]}"
             )
     # Leaving the inputs alone is only worth a point in a function that does something:
     # one that raises, or returns nonsense, everywhere would otherwise earn it for free. (After

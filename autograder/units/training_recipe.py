@@ -879,7 +879,9 @@ CLIP_CHECKS = (
           clip_inputs(0.4, facet_name="norm"), probe=clip_probe, oracle=facet_oracle),
     # A function that does nothing leaves small gradients alone too: this counts with the clipping.
     Check("below_max_norm", "a global norm half of max_norm: nothing changes", 0.5, clip_inputs(2.0),
-          probe=clip_probe, oracle=facet_oracle, requires=("global",)),
+          probe=clip_probe, oracle=facet_oracle, requires=("global",),
+          requires_why="a function that never touches the gradients leaves them alone here too; only "
+                       "beside clipping that works does leaving small gradients alone show anything"),
     Check("skips_missing_grads", "the attention's parameters frozen (.grad None): skipped, the rest clipped "
           "together", 0.5, clip_inputs(0.25, frozen="blocks.0.attn"), probe=clip_probe, oracle=facet_oracle),
     Check("float64", "a float64 model", 0.25, clip_inputs(0.5, dtype="float64"), probe=clip_probe,

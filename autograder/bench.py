@@ -10,6 +10,9 @@
                        localhost: each student sends two checks of unit 01 at once, alone and then beside an
                        attacker; checks per minute, the honest median and p95 latency of both (--slow: the slow
                        notebook on its own, as it should end once grading has a budget per run)
+    bench feedback-latency [--units U,...] [--repeats N] [--before COMMIT]   the check line's time per
+                       unit, for one cheap part and the whole notebook, right and wrong answers, cold and
+                       warm, with the CPU seconds of every process a check starts: this tree beside COMMIT
     bench tokenizer [--mb M] [--vocab V]   unit 08's reference BPE (pure Python) beside Hugging Face
                        `tokenizers` on the same slice of the corpus: MB/s to learn merges and to encode;
                        then checks that both learn the same merges where their rules agree
@@ -495,6 +498,154 @@ BENCHES = {"generation": bench_generation, "attention": bench_attention, "gradin
            "load": bench_load, "feedback": bench_feedback, "tokenizer": bench_tokenizer}
 
 
+# ------------------------------------------------------------------ the check line's latency
+# For each unit, one cheap part (the parts issue 27 timed in the browser where it named one) and
+# a submission whose mistake is in that part.
+LATENCY_CASES = {
+    "01_attention": ("softmax", "correct_einsum", "wrong_softmax_axis_zero"),
+    "02_masking": ("causal_mask", "correct_einsum", "wrong_mask_upper_triangle"),
+    "03_multihead": ("split_heads", "correct_einsum", "wrong_split_without_transpose"),
+    "04_block": ("gelu", "correct_einsum", "wrong_gelu_tanh_approximation"),
+    "05_model": ("sinusoidal_positions", "correct_loops", "wrong_sinusoid_exponent_doubled"),
+    "06_generation": ("sample_next", "correct_concat_cache", "wrong_temperature_multiplied"),
+    "07_flash_training": ("flash_attention", "correct_einsum_tiles", "wrong_flash_no_rescale"),
+    "08_training": ("lr_at", "correct_written_plainly", "wrong_lr_warmup_from_zero__lr_at"),
+}
+BEFORE = "fb869f4"  # issue 27's "before": main when the check line's times were taken
+
+
+class _CpuMeter:
+    """CPU seconds (user + sys) of a command and of every process it starts, sandboxes included:
+    from a cgroup of its own where this machine lets us make one (cgroup v1 cpuacct, v2 cpu.stat),
+    else getrusage's children, which misses processes that are not reaped by their parents."""
+
+    def __init__(self, name: str):
+        from pathlib import Path
+
+        self.group = None
+        for base, stat in ((Path("/sys/fs/cgroup/cpuacct"), "cpuacct.usage"), (Path("/sys/fs/cgroup"), "cpu.stat")):
+            try:
+                if (base / "cgroup.procs").exists():
+                    group = base / name
+                    group.mkdir(exist_ok=True)
+                    self.group, self.stat = group, group / stat
+                    break
+            except OSError:
+                continue
+        self.how = "a cgroup of its own" if self.group else "getrusage of the reaped children"
+
+    def _read(self) -> float:
+        text = self.stat.read_text()
+        if self.stat.name == "cpu.stat":
+            return int(text.split("usage_usec")[1].split()[0]) / 1e6
+        return int(text) / 1e9
+
+    def run(self, command: list[str], **kw) -> tuple[float, float, int]:
+        """(wall seconds, CPU seconds, exit status) of `command`."""
+        import os
+        import resource
+        import subprocess
+
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        start_cpu = self._read() if self.group else 0.0
+        group = str(self.group / "cgroup.procs") if self.group else None
+
+        def enter() -> None:
+            if group:
+                with open(group, "w") as f:
+                    f.write(str(os.getpid()))
+
+        began = time.perf_counter()
+        proc = subprocess.run(command, preexec_fn=enter, stdin=subprocess.DEVNULL, capture_output=True, **kw)
+        wall = time.perf_counter() - began
+        if self.group:
+            cpu = self._read() - start_cpu
+        else:
+            after = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        return wall, cpu, proc.returncode
+
+    def close(self) -> None:
+        if self.group:
+            try:
+                self.group.rmdir()
+            except OSError:
+                pass
+
+
+def bench_feedback_latency(units=None, repeats: int = 2, before: str | None = BEFORE, log=print) -> dict:
+    """The check line's time, from its start to its answer, per unit: one cheap part and the
+    whole notebook, on the reference and on a wrong answer, cold (the first check of that course
+    tree in this run) and warm (the median of `repeats` more), for this tree and for `before`
+    (a copy of that commit, graded by the same Python), side by side; and the CPU seconds of every
+    process one check starts. What is timed is the process the check line starts and waits for
+    (`python -m coursekit.feedback UNIT PART SNAPSHOT ANSWER`: it grades with the course's own
+    graders, as a clone of the course does with no service set up); the line's polling adds
+    at most 0.2 s."""
+    import os
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from .paths import ROOT
+
+    units = list(units or LATENCY_CASES)
+    trees = {"after": ROOT}
+    scratch = Path(tempfile.mkdtemp(prefix="feedback-latency-"))
+    meter = _CpuMeter(f"feedback-latency-{os.getpid()}")
+    try:
+        if before:
+            old = scratch / "before"
+            old.mkdir()
+            archive = subprocess.run(["git", "-C", str(ROOT), "archive", before], capture_output=True, check=True)
+            subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
+            trees = {"before": old, "after": ROOT}
+        log(f"CPU seconds measured with {meter.how}; {repeats} warm repeats; before = {before or '(not run)'}")
+        rows = []
+        for unit in units:
+            part, correct, wrong = LATENCY_CASES[unit]
+            for asked in (part, "all"):
+                for answer_name in (correct, wrong):
+                    row = {"unit": unit, "part": asked, "answer": answer_name}
+                    for label, tree in trees.items():
+                        source = ROOT / "tests" / "submissions" / unit / f"{answer_name}.py"
+                        times, cpus, score = [], [], None
+                        for attempt in range(1 + repeats):
+                            home = Path(tempfile.mkdtemp(prefix=f"{label}-{unit}-", dir=scratch))
+                            # a file of its own each time: the line would answer an unchanged one from its cache
+                            snapshot = home / f"{answer_name}.py"
+                            snapshot.write_text(source.read_text() + f"\n# check {attempt}\n")
+                            env = {k: v for k, v in os.environ.items()
+                                   if k not in ("COURSE_FEEDBACK_URL", "COURSE_FEEDBACK_TOKEN")}
+                            env.update(PYTHONPATH=str(tree), XDG_CACHE_HOME=str(home / "cache"),
+                                       XDG_CONFIG_HOME=str(home / "config"), MPLBACKEND="Agg")
+                            out = home / "answer.json"
+                            wall, cpu, _ = meter.run([sys.executable, "-m", "coursekit.feedback", unit, asked,
+                                                      str(snapshot), str(out)], cwd=tree, env=env)
+                            try:
+                                answer = json.loads(out.read_text())
+                                score = f"{answer['report']['score']:g}/{answer['report']['max_score']:g}"
+                            except (OSError, ValueError, KeyError):
+                                score = "no report"
+                            times.append(wall)
+                            cpus.append(cpu)
+                        row[label] = {"cold": times[0], "warm": statistics.median(times[1:]) if repeats else None,
+                                      "cpu": statistics.median(cpus), "score": score}
+                    rows.append(row)
+                    cells = "  ".join(f"{label}: cold {row[label]['cold']:5.1f} s, warm "
+                                      f"{row[label]['warm'] or 0:5.1f} s, {row[label]['cpu']:5.1f} CPU s "
+                                      f"({row[label]['score']})" for label in trees)
+                    log(f"{unit:18s} {asked:22s} {answer_name:34s} {cells}")
+        return {"rows": rows, "cpu_measured_with": meter.how}
+    finally:
+        meter.close()
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+BENCHES["feedback-latency"] = bench_feedback_latency
+
+
 def main(argv: list[str]) -> int:
     if not argv or argv[0] not in BENCHES:
         print(f"usage: python3 course.py bench {{{','.join(BENCHES)}}}")
@@ -538,6 +689,16 @@ def main(argv: list[str]) -> int:
 
             return 1 if slow_notebook_scenario(workers=args.workers or 2)["problems"] else 0
         return 1 if bench_feedback(args.students, args.limit, args.workers, not args.no_attacker)["problems"] else 0
+    if argv[0] == "feedback-latency":
+        import argparse
+
+        parser = argparse.ArgumentParser(prog="python3 course.py bench feedback-latency")
+        parser.add_argument("--units", default=None, help="comma-separated (default: every unit)")
+        parser.add_argument("--repeats", type=int, default=2, help="warm checks after the cold one")
+        parser.add_argument("--before", default=BEFORE, help="the commit to compare with ('' for none)")
+        args = parser.parse_args(argv[1:])
+        bench_feedback_latency(args.units.split(",") if args.units else None, args.repeats, args.before or None)
+        return 0
     if argv[0] == "tokenizer":
         import argparse
 

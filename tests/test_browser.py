@@ -189,7 +189,10 @@ def write_wrong_answer_and_check(page: NotebookPage) -> str:
         page.run(index)
         page.wait_ran(index, 60)
     page.run(check_line)
-    return page.wait_output(check_line, named(MISTAKE), CHECK_SECONDS)
+    shown = page.wait_output(check_line, named(MISTAKE), CHECK_SECONDS)
+    # Above the report, the line that counted the seconds while the graders worked, in its last state.
+    assert re.search(rf"Graded {re.escape(page.path)} as saved \(`{PART}`\) in \d+ s\.", shown), shown
+    return shown
 
 
 def saved_report_text(page: NotebookPage) -> str:

@@ -9,6 +9,7 @@ USAGE = """usage:
   python -m autograder bench <what>                   benchmarks that print figures (attention, tokenizer, ...)
   python -m autograder train [--minutes M] [--device D]   unit 08's tokenizer and recipe on the standard library
   python -m autograder feedback <unit> <path> [--part P]  the hidden graders' report on a notebook, as JSON
+  python -m autograder warm-grader <socket> [--unit U]  the check line's warm grader (coursekit.feedback starts it)
   python -m autograder feedback-server [<unit>...]    the feedback service for a class (see README.md)
   python -m autograder feedback-report <unit>         the mistakes a class made, from the service's records
   python -m autograder autograde <unit> [--workers N] [--students A,B] [--scheduler ADDRESS] [--feedback]
@@ -17,7 +18,7 @@ USAGE = """usage:
 
 def main(argv: list[str]) -> int:
     commands = {"check", "build", "demo", "bench", "train", "autograde", "feedback", "feedback-server",
-                "feedback-report"}
+                "feedback-report", "warm-grader"}
     if not argv or argv[0] not in commands:
         print(USAGE)
         return 2
@@ -32,6 +33,8 @@ def main(argv: list[str]) -> int:
         from .train import main as run
     elif command == "feedback":
         from .feedback import main as run
+    elif command == "warm-grader":
+        from .warm_grader import main as run
     elif command == "feedback-server":
         from .feedback_server import main as run
     elif command == "feedback-report":

@@ -22,6 +22,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from . import student
 from .core import CheckResult
 from .forked import Forked
 from .paths import ROOT
@@ -78,8 +79,10 @@ class GradingRun:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
                    MPLBACKEND="Agg")
         command = pytest_command(unit, submission, self.report_path, parts)
+        self.handed = None  # a worker started ahead that the forked run adopts (student.offer_spare)
         if _FORK_RUNS and threading.active_count() == 1:  # forking a threaded process is unsafe
             self.proc = Forked(functools.partial(_pytest_here, command[3:], ROOT, env))
+            self.handed = student.hand_over_spare()
         else:
             self.proc = subprocess.Popen(command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
                                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -92,7 +95,14 @@ class GradingRun:
             self.proc.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             pass
+        self._stop_handed()
         self.folder.cleanup()
+
+    def _stop_handed(self) -> None:
+        """The run is over: the worker it adopted is stopped (and reaped here, its parent)."""
+        if self.handed is not None:
+            self.handed.discard()
+            self.handed = None
 
     def result(self, timeout: float = RUN_SECONDS) -> tuple[dict, str]:
         """(the report, pytest's own output). Raises GradingFailed if there is no report."""
@@ -102,6 +112,8 @@ class GradingRun:
             self.proc.kill()
             output, _ = self.proc.communicate()
             raise GradingFailed(f"the hidden tests of {self.unit} ran past {timeout:g} s") from None
+        finally:
+            self._stop_handed()
         try:
             report = json.loads(self.report_path.read_text())
         except (OSError, ValueError):

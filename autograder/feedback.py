@@ -162,6 +162,18 @@ def check_task(task: dict) -> dict:
         return {"ok": False, "kind": "grader", "error": str(err).splitlines()[0]}
 
 
+def answer(unit: str, data: bytes, part: str = ALL, name: str = "submission.ipynb") -> dict:
+    """What `main` prints: the report of the parts asked for, or {"error", "kind"} with kind
+    "student" (the notebook's to fix) or "grader" (the grader's own failure). The check line's
+    warm grader (`warm_grader.py`) answers with this too."""
+    try:
+        return feedback_for(unit, data, part, name)
+    except (KeyError, NotGradable) as err:
+        return {"error": str(err.args[0] if err.args else err), "kind": "student"}
+    except GradingFailed as err:
+        return {"error": str(err).splitlines()[0], "kind": "grader"}
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m autograder feedback", description=__doc__.split("\n")[0])
     parser.add_argument("unit")
@@ -170,14 +182,12 @@ def main(argv: list[str]) -> int:
     args = parser.parse_args(argv)
     try:
         data = Path(args.path).read_bytes()
-        print(json.dumps(feedback_for(args.unit, data, args.part, Path(args.path).name), indent=1))
-        return 0
-    except (OSError, KeyError, NotGradable) as err:
-        print(json.dumps({"error": str(err.args[0] if err.args else err), "kind": "student"}))
+    except OSError as err:
+        print(json.dumps({"error": str(err), "kind": "student"}))
         return 2
-    except GradingFailed as err:
-        print(json.dumps({"error": str(err).splitlines()[0], "kind": "grader"}))
-        return 3
+    result = answer(args.unit, data, args.part, Path(args.path).name)
+    print(json.dumps(result, indent=1))
+    return {"student": 2, "grader": 3}.get(result.get("kind"), 0) if "error" in result else 0
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ Run one by hand from the course root:
 
 from __future__ import annotations
 
+import functools
 import json
 from pathlib import Path
 
@@ -56,9 +57,49 @@ def pytest_configure(config):
 # ---------------------------------------------------------------- fixtures
 
 
+def worker_setup(unit_names: list[str]) -> dict:
+    """What the worker of these units' submissions is started with, before any of their code:
+    the course files it shows empty, and what it imports first (what the checks need imported
+    before a timed call, and what the unit's notebook imports: its start is nobody's account,
+    and a worker started ahead, `student.PreparedWorker`, has it done before a check comes)."""
+    from .paths import ROOT
+    from .units import get_unit
+
+    units = [get_unit(name) for name in unit_names]
+    imports = [name for unit in units for name in (*unit.worker_imports, *release_imports(unit.name))]
+    return {"hidden": tuple(str(ROOT / name) for unit in units for name in unit.hidden),
+            "imports": tuple(dict.fromkeys(imports))}
+
+
+@functools.cache
+def release_imports(unit_name: str) -> tuple[str, ...]:
+    """The modules the unit's released notebook imports, course modules apart (the student's
+    code imports those itself: some are the exercise, shown empty), read from its source."""
+    import ast
+
+    from .paths import EXERCISES
+    from .submission import Unreadable, code_cells
+
+    found = []
+    for notebook in sorted((EXERCISES / unit_name).glob("*.ipynb")):
+        try:
+            cells = code_cells(notebook)
+        except Unreadable:
+            continue
+        for _, source in cells:
+            try:
+                tree = ast.parse(source)
+            except SyntaxError:
+                continue
+            for node in tree.body:
+                names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                    [node.module] if isinstance(node, ast.ImportFrom) and node.module and not node.level else []
+                found += [n for n in names if n.split(".")[0] != "coursekit"]
+    return tuple(dict.fromkeys(found))
+
+
 @pytest.fixture(scope="session")
 def student(request):
-    from .paths import ROOT
     from .student import Student
     from .units import get_unit
 
@@ -70,8 +111,7 @@ def student(request):
     try:
         budgets = [unit.budget for unit in units]
         options = {"call_seconds": request.config.getoption("--call-seconds"),
-                   "hidden": tuple(str(ROOT / name) for unit in units for name in unit.hidden),
-                   "imports": tuple(name for unit in units for name in unit.worker_imports),
+                   **worker_setup(state["units"]),
                    # several units in one run (the course's own tests): their budgets add up
                    "budget": Budget(sum(b.cpu_seconds for b in budgets), sum(b.waiting_seconds for b in budgets))
                    if budgets else None}

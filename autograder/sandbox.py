@@ -406,6 +406,7 @@ class SandboxedProcess:
                  hidden: tuple[str, ...] = ()):
         self.limits = limits
         self.scratch = None
+        self.parent = os.getpid()  # the process that started it (it may be used from a fork of that one)
         self.init_pid: int | None = None  # sandboxed: the sandbox's init (PID 1 inside), as numbered here
         self._main_pid: int | None = None
         warn_if_unsandboxed()
@@ -556,7 +557,15 @@ class SandboxedProcess:
             return None
 
     def alive(self) -> bool:
-        return self.proc.poll() is None
+        if os.getpid() == self.parent:
+            return self.proc.poll() is None
+        # Used from a process forked from the one that started it (a worker started ahead): not
+        # its child, so not waited for here. It has ended once it is gone or a zombie.
+        try:
+            state = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()[0]
+        except (OSError, IndexError):
+            return False
+        return state not in ("Z", "X")
 
 
     # ------------------------------------------------------------ measured from outside

@@ -63,6 +63,125 @@ MAX_RESTARTS = 20
 CARRIED_FILE_BYTES = 16 << 20
 
 
+def launch_worker(limits: Limits, hidden: tuple[str, ...]) -> tuple[SandboxedProcess, int, int]:
+    """A sandbox with the worker in it, just started: (the process, the fd its requests are
+    written to, the fd its replies are read from). Raises SandboxUnavailable."""
+    request_r, request_w = os.pipe()
+    reply_r, reply_w = os.pipe()
+    try:
+        # Inside the sandbox the worker sees its own files and nothing else of autograder/.
+        script = "/opt/grader-worker/main.py" if sandbox_problem() is None else str(WORKER_DIR / "main.py")
+        mounts = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}")
+                       for name in ("main.py", "channel.py", "virtual_clock.py"))
+        argv = [sys.executable, "-I", "-B", script, str(request_r), str(reply_w)]
+        process = SandboxedProcess(argv, limits=limits, pass_fds=(request_r, reply_w), mounts=mounts,
+                                   hidden=tuple(hidden))
+    except SandboxUnavailable:
+        for fd in (request_w, reply_r):
+            os.close(fd)
+        raise
+    finally:
+        os.close(request_r)
+        os.close(reply_w)
+    os.set_blocking(request_w, False)
+    os.set_blocking(reply_r, False)
+    return process, request_w, reply_r
+
+
+# ---------------------------------------------------------------- a worker started ahead
+# What a worker does before it runs any submission (bubblewrap's start, Python's, the imports of
+# a unit's checks and notebook: a second or two with PyTorch) is the same for every submission,
+# so a long-lived grader (the check line's warm grader, `warm_grader.py`) does it ahead, while
+# nobody waits. Such a worker is given to one Student, which then runs one submission in it; it
+# is never given to another, and a Student that restarts its worker starts a fresh one.
+
+PREPARE_RID = 0  # the rid of the prepare request sent ahead (a Student's own requests count from 1)
+
+
+class PreparedWorker:
+    """A worker started, and asked to import `imports`, before any submission is known."""
+
+    def __init__(self, limits: Limits, hidden: tuple[str, ...], imports: tuple[str, ...]):
+        self.key = (limits, tuple(hidden), tuple(imports))
+        self.process, self.request_fd, self.reply_fd = launch_worker(limits, tuple(hidden))
+        self.waiting_for = ["hello", "prepared"]  # the messages still to come, in order
+        try:  # a few bytes into an empty pipe: it never blocks; the worker reads it after its hello
+            channel.send(self.request_fd, {"op": "prepare", "imports": list(imports), "rid": PREPARE_RID}, [],
+                         time.monotonic() + 10)
+        except channel.ChannelError:
+            self.discard()
+            raise SandboxUnavailable("the worker started ahead did not take its first request") from None
+
+    def ready(self) -> bool:
+        return not self.waiting_for
+
+    def advance(self, deadline: float) -> str | None:
+        """Read the next message its start owes: None, or what went wrong."""
+        try:
+            reply, _ = channel.receive(self.reply_fd, deadline)
+        except channel.ChannelError as err:
+            return f"no answer from the worker ({err})"
+        expected = self.waiting_for.pop(0)
+        if expected == "hello" and reply.get("op") != "hello":
+            return "the worker's first message was not its hello"
+        if expected == "prepared" and not (reply.get("rid") == PREPARE_RID and reply.get("ok")):
+            return "the worker did not finish its imports"
+        return None
+
+    def finish(self, deadline: float) -> str | None:
+        """Wait for the rest of its start: None once it is ready, or what went wrong."""
+        while self.waiting_for:
+            problem = self.advance(deadline)
+            if problem is not None:
+                return problem
+        return None
+
+    def hand_over(self) -> None:
+        """Forget it here, without stopping it: a process forked from this one has it now."""
+        for fd in (self.request_fd, self.reply_fd):
+            if fd >= 0:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self.request_fd = self.reply_fd = -1
+
+    def discard(self) -> None:
+        """Stop it, and everything in its sandbox."""
+        self.process.kill()
+        self.hand_over()
+
+
+_spare: PreparedWorker | None = None
+
+
+def offer_spare(worker: PreparedWorker | None) -> None:
+    """The worker the next Student of this process (or of a process forked from it) adopts, if
+    it asks for the same limits, hidden files and imports; None stops one offered and not taken."""
+    global _spare
+    if _spare is not None and _spare is not worker:
+        _spare.discard()
+    _spare = worker
+
+
+def hand_over_spare() -> PreparedWorker | None:
+    """Just after a fork whose child is to adopt the spare: it is the child's now. Returns it,
+    for the parent to stop (and reap) once the child is done."""
+    global _spare
+    spare, _spare = _spare, None
+    if spare is not None:
+        spare.hand_over()
+    return spare
+
+
+def take_spare(limits: Limits, hidden: tuple[str, ...], imports: tuple[str, ...]) -> PreparedWorker | None:
+    """The spare, once (it is never offered twice), if it was made for these; else None."""
+    global _spare
+    spare, _spare = _spare, None
+    if spare is not None and spare.key != (limits, tuple(hidden), tuple(imports)):
+        spare.discard()
+        return None
+    return spare
+
+
 # ---------------------------------------------------------------- what a call gives back
 
 
@@ -194,52 +313,48 @@ class Student:
         if self.exhausted:
             return
         self.generation += 1
-        problem = "no attempt"
-        for attempt in range(START_ATTEMPTS):
-            if attempt:
-                time.sleep(0.5 * 2 ** (attempt - 1))
-            problem = self._start_worker()
-            if problem is None:
-                break
-            self.close()
-        else:
-            raise SandboxUnavailable(f"the worker that runs the submission could not start: {problem}")
-        try:
-            self._request({"op": "prepare", "imports": list(self.imports)}, [], 120.0)
-        except WorkerFailed as err:  # no student code has run yet: this is the machine's doing
-            self.close()
-            raise SandboxUnavailable(f"the worker that runs the submission failed before running it: {err}") from None
+        spare = take_spare(self.limits, self.hidden, self.imports)
+        if spare is None or not self._adopt(spare):
+            problem = "no attempt"
+            for attempt in range(START_ATTEMPTS):
+                if attempt:
+                    time.sleep(0.5 * 2 ** (attempt - 1))
+                problem = self._start_worker()
+                if problem is None:
+                    break
+                self.close()
+            else:
+                raise SandboxUnavailable(f"the worker that runs the submission could not start: {problem}")
+            try:
+                self._request({"op": "prepare", "imports": list(self.imports)}, [], 120.0)
+            except WorkerFailed as err:  # no student code has run yet: this is the machine's doing
+                self.close()
+                raise SandboxUnavailable(
+                    f"the worker that runs the submission failed before running it: {err}") from None
         # From here on, what the worker computes is the submission's (its start and imports were not).
         self._baseline = self.process.total_cpu_seconds() or 0.0
         self._load()
 
     def _start_worker(self) -> str | None:
         """Start the sandbox and wait for the worker's hello: None, or why it did not come."""
-        request_r, request_w = os.pipe()
-        reply_r, reply_w = os.pipe()
         try:
-            # Inside the sandbox the worker sees its own files and nothing else of autograder/.
-            script = "/opt/grader-worker/main.py" if sandbox_problem() is None else str(WORKER_DIR / "main.py")
-            mounts = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}")
-                           for name in ("main.py", "channel.py", "virtual_clock.py"))
-            argv = [sys.executable, "-I", "-B", script, str(request_r), str(reply_w)]
-            self.process = SandboxedProcess(argv, limits=self.limits, pass_fds=(request_r, reply_w), mounts=mounts,
-                                            hidden=self.hidden)
+            self.process, self.request_fd, self.reply_fd = launch_worker(self.limits, self.hidden)
         except SandboxUnavailable as err:
-            for fd in (request_w, reply_r):
-                os.close(fd)
             return str(err)
-        finally:
-            os.close(request_r)
-            os.close(reply_w)
-        self.request_fd, self.reply_fd = request_w, reply_r
-        os.set_blocking(self.request_fd, False)
-        os.set_blocking(self.reply_fd, False)
         try:  # sent before any student code runs: nothing the submission does can stop it
             hello, _ = channel.receive(self.reply_fd, time.monotonic() + START_SECONDS)
         except channel.ChannelError as err:
             return f"no hello from the worker ({err})"
         return None if hello.get("op") == "hello" else "the worker's first message was not its hello"
+
+    def _adopt(self, spare: PreparedWorker) -> bool:
+        """Take over a worker started before this submission was known: wait for what is left of
+        its start (its hello, its imports). False, with nothing kept, if it did not come up."""
+        self.process, self.request_fd, self.reply_fd = spare.process, spare.request_fd, spare.reply_fd
+        if spare.finish(time.monotonic() + START_SECONDS) is None:
+            return True
+        self.close()
+        return False
 
     def _load(self) -> None:
         for index, (label, source) in enumerate(self.cells):

@@ -326,16 +326,119 @@ def _answer(unit: str, part: str, snapshot: Path) -> dict:
         return {"ok": False, "kind": "absent",
                 "error": "The hidden graders are not part of this copy of the course and no feedback service is "
                          "set up, so only the visible checks can tell you anything before your work is graded."}
-    env = dict(os.environ, PYTHONPATH=str(COURSE_ROOT), MPLBACKEND="Agg")
-    proc = subprocess.run([sys.executable, "-m", "autograder", "feedback", unit, str(snapshot), "--part", part],
-                          cwd=COURSE_ROOT, env=env, capture_output=True, text=True, timeout=REQUEST_SECONDS)
-    try:
-        result = json.loads(proc.stdout)
-    except ValueError:
-        return {"ok": False, "kind": "grader", "error": f"the graders gave no report (exit {proc.returncode})"}
+    result = _ask_warm_grader(unit, part, snapshot)
+    if result is None:  # no warm grader could be started here: a grading process of its own
+        proc = subprocess.run([sys.executable, "-m", "autograder", "feedback", unit, str(snapshot), "--part", part],
+                              cwd=COURSE_ROOT, env=_grader_env(), capture_output=True, text=True,
+                              timeout=REQUEST_SECONDS)
+        try:
+            result = json.loads(proc.stdout)
+        except ValueError:
+            return {"ok": False, "kind": "grader", "error": f"the graders gave no report (exit {proc.returncode})"}
     if "error" in result:
         return {"ok": False, "kind": result.get("kind", "grader"), "error": result["error"]}
     return {"ok": True, "report": result, "by": "the course's hidden graders, on this machine"}
+
+
+def _grader_env() -> dict:
+    return dict(os.environ, PYTHONPATH=str(COURSE_ROOT), MPLBACKEND="Agg")
+
+
+# ---------------------------------------------------------------- the warm grader
+# With the graders on this machine, a check is answered by a long-lived grading process
+# (`python -m autograder warm-grader`) that has pytest and PyTorch imported and a sandboxed worker
+# started ahead for the next check, instead of by processes that start from nothing each time.
+
+WARM_START_SECONDS = 120.0  # for a warm grader just started to listen (it imports pytest and PyTorch)
+
+
+def warm_grader_socket() -> Path:
+    """Where this course folder's warm grader listens: named after the graders' sources, so a
+    changed course tree (an instructor's edit, a pull) is graded by a grader that has read it."""
+    stamp = hashlib.sha256(f"{sys.executable}\0{COURSE_ROOT}\0{cache_dir()}".encode())
+    for folder in ("autograder", "coursekit"):
+        for path in sorted((COURSE_ROOT / folder).rglob("*.py")):
+            with contextlib.suppress(OSError):
+                info = path.stat()
+                stamp.update(f"{path}\0{info.st_mtime_ns}\0{info.st_size}\0".encode())
+    name = f"grader-{stamp.hexdigest()[:16]}.sock"
+    path = cache_dir() / name
+    if len(str(path)) > 100:  # past what a Unix socket's address holds: a short folder of this user's
+        path = Path("/tmp") / f"transformer-course-{os.getuid()}" / name
+    return path
+
+
+def start_warm_grader(unit: str | None = None) -> subprocess.Popen | None:
+    """Start this course folder's warm grader, in the background (a no-op, apart from a process
+    that sees the lock and leaves, when one runs). None where the graders are not here."""
+    if not (COURSE_ROOT / "autograder" / "warm_grader.py").is_file():
+        return None
+    path = warm_grader_socket()
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return subprocess.Popen([sys.executable, "-m", "autograder", "warm-grader", str(path),
+                             *(["--unit", unit] if unit else [])],
+                            cwd=COURSE_ROOT, env=_grader_env(), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _warm_request(path: Path, request: dict, timeout: float) -> dict | None:
+    """One request to the warm grader at `path`: its answer, or None if none is listening."""
+    import socket
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(5.0)
+        try:
+            connection.connect(str(path))
+        except OSError:
+            return None
+        connection.settimeout(timeout)
+        try:
+            connection.sendall(json.dumps(request).encode() + b"\n")
+            chunks = []
+            while chunk := connection.recv(1 << 16):
+                chunks.append(chunk)
+        except OSError:
+            return {"error": "the warm grader stopped before it answered", "kind": "grader"}
+    try:
+        answer = json.loads(b"".join(chunks))
+    except ValueError:
+        return {"error": "the warm grader stopped before it answered", "kind": "grader"}
+    return answer if isinstance(answer, dict) else None
+
+
+def _ask_warm_grader(unit: str, part: str, snapshot: Path) -> dict | None:
+    """The warm grader's answer for the notebook at `snapshot`, starting it if it is not running;
+    None if it cannot be started (the caller grades in a process of its own)."""
+    path = warm_grader_socket()
+    request = {"unit": unit, "part": part, "path": str(snapshot.resolve())}
+    answer = _warm_request(path, request, REQUEST_SECONDS)
+    if answer is not None:
+        return answer
+    started = start_warm_grader(unit)
+    if started is None:
+        return None
+    deadline = time.monotonic() + WARM_START_SECONDS
+    while time.monotonic() < deadline:
+        time.sleep(0.1)
+        answer = _warm_request(path, request, REQUEST_SECONDS)
+        if answer is not None:
+            return answer
+        if started.poll() is not None and not _warm_grader_starting(path):
+            # It left, and no other grader holds the socket's lock: it could not start here.
+            return _warm_request(path, request, REQUEST_SECONDS)
+    return None
+
+
+def _warm_grader_starting(path: Path) -> bool:
+    """Whether a warm grader holds the lock of the socket at `path` (it may still be importing)."""
+    import fcntl
+
+    try:
+        with open(path.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError:
+        return True
+    return False
 
 
 def _ask_service(url: str, token: str, unit: str, part: str, data: bytes) -> dict:

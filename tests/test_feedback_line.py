@@ -38,12 +38,14 @@ def grade_id(cell) -> str:
 
 @pytest.fixture
 def private_cache(tmp_path, monkeypatch):
-    """Each test its own cache of answers (and no configured service)."""
+    """Each test its own cache of answers (and no configured service), and so its own warm
+    grader if a check starts one: it leaves within seconds of its socket's removal, at the end."""
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
     for name in (feedback.ENV_URL, feedback.ENV_TOKEN, "NBGRADER_EXECUTION", "JPY_SESSION_NAME"):
         monkeypatch.delenv(name, raising=False)
-    return tmp_path
+    yield tmp_path
+    feedback.warm_grader_socket().unlink(missing_ok=True)
 
 
 def with_answer(unit: str, part: str, source: str, folder: Path) -> Path:

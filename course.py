@@ -92,6 +92,11 @@ def main(argv: list[str]) -> int:
     )
     if task == "lab":
         env.pop("MPLBACKEND")  # inline figures in the browser
+        # The check line's grader, started while the lab opens, so the first check does not wait
+        # for it to import pytest and PyTorch (coursekit.feedback starts it itself otherwise).
+        subprocess.Popen([str(VENV_PYTHON), "-c", "from coursekit.feedback import start_warm_grader; "
+                          "start_warm_grader()"], cwd=ROOT, env=env, stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     if task == "autograde" and "--course" in extra[:-1]:  # a course folder named from where you stand
         at = extra.index("--course") + 1
         extra[at] = str(Path(extra[at]).resolve())

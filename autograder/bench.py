@@ -23,6 +23,7 @@ Figures are measured side by side in one run, on the GPU when there is one (else
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import sys
 import time
@@ -540,6 +541,10 @@ class _CpuMeter:
             return int(text.split("usage_usec")[1].split()[0]) / 1e6
         return int(text) / 1e9
 
+    def reading(self) -> float:
+        """The CPU seconds counted so far (0 without a cgroup: then only `run`'s own figure counts)."""
+        return self._read() if self.group else 0.0
+
     def run(self, command: list[str], **kw) -> tuple[float, float, int]:
         """(wall seconds, CPU seconds, exit status) of `command`."""
         import os
@@ -571,6 +576,51 @@ class _CpuMeter:
                 self.group.rmdir()
             except OSError:
                 pass
+
+
+_WARM_STATUS = ("import json\n"
+                "try:\n"
+                "    from coursekit.feedback import _warm_request, warm_grader_socket\n"
+                "except ImportError:\n"
+                "    print('null')\n"
+                "else:\n"
+                "    print(json.dumps(_warm_request(warm_grader_socket(), {'op': 'status'}, 30)))\n")
+
+
+def _warm_grader_status(tree, env) -> dict | None:
+    """The status of the warm grader the check line of `tree` with `env` asks (None: none)."""
+    import subprocess
+
+    proc = subprocess.run([sys.executable, "-c", _WARM_STATUS], cwd=tree, env=env, capture_output=True, text=True)
+    try:
+        return json.loads(proc.stdout)
+    except ValueError:
+        return None
+
+
+def _warm_grader_ready(tree, env, timeout: float = 120.0) -> None:
+    """Wait until that warm grader has its worker for the next check (at once where none runs),
+    as a student reading the last report gives it time to."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        status = _warm_grader_status(tree, env)
+        if status is None or status.get("error") or status.get("ready"):
+            return
+        time.sleep(0.2)
+
+
+def _stop_warm_grader(tree, env) -> None:
+    """Take that warm grader's socket away and wait for it to leave (it does within seconds)."""
+    import subprocess
+
+    status = _warm_grader_status(tree, env)
+    if not status or not status.get("pid"):
+        return
+    subprocess.run([sys.executable, "-c", "from coursekit.feedback import warm_grader_socket; "
+                    "warm_grader_socket().unlink(missing_ok=True)"], cwd=tree, env=env)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and os.path.exists(f"/proc/{status['pid']}"):
+        time.sleep(0.2)
 
 
 def bench_feedback_latency(units=None, repeats: int = 2, before: str | None = BEFORE, log=print) -> dict:
@@ -611,31 +661,39 @@ def bench_feedback_latency(units=None, repeats: int = 2, before: str | None = BE
                     for label, tree in trees.items():
                         source = ROOT / "tests" / "submissions" / unit / f"{answer_name}.py"
                         times, cpus, score = [], [], None
+                        # One student's cache (so one warm grader, where the tree has one) per row:
+                        # its first check starts the grader, the next ones find it.
+                        home = Path(tempfile.mkdtemp(prefix=f"{label}-{unit}-", dir=scratch))
+                        env = {k: v for k, v in os.environ.items()
+                               if k not in ("COURSE_FEEDBACK_URL", "COURSE_FEEDBACK_TOKEN")}
+                        env.update(PYTHONPATH=str(tree), XDG_CACHE_HOME=str(home / "cache"),
+                                   XDG_CONFIG_HOME=str(home / "config"), MPLBACKEND="Agg")
                         for attempt in range(1 + repeats):
-                            home = Path(tempfile.mkdtemp(prefix=f"{label}-{unit}-", dir=scratch))
                             # a file of its own each time: the line would answer an unchanged one from its cache
-                            snapshot = home / f"{answer_name}.py"
+                            snapshot = home / f"{answer_name}-{attempt}.py"
                             snapshot.write_text(source.read_text() + f"\n# check {attempt}\n")
-                            env = {k: v for k, v in os.environ.items()
-                                   if k not in ("COURSE_FEEDBACK_URL", "COURSE_FEEDBACK_TOKEN")}
-                            env.update(PYTHONPATH=str(tree), XDG_CACHE_HOME=str(home / "cache"),
-                                       XDG_CONFIG_HOME=str(home / "config"), MPLBACKEND="Agg")
-                            out = home / "answer.json"
-                            wall, cpu, _ = meter.run([sys.executable, "-m", "coursekit.feedback", unit, asked,
-                                                      str(snapshot), str(out)], cwd=tree, env=env)
+                            out = home / f"answer-{attempt}.json"
+                            counted = meter.reading()
+                            wall, _, _ = meter.run([sys.executable, "-m", "coursekit.feedback", unit, asked,
+                                                    str(snapshot), str(out)], cwd=tree, env=env)
+                            # A check's CPU includes its share of the warm grader's work: the worker
+                            # it starts for the next check, after the answer (counted until ready).
+                            _warm_grader_ready(tree, env)
+                            cpus.append(meter.reading() - counted)
                             try:
                                 answer = json.loads(out.read_text())
                                 score = f"{answer['report']['score']:g}/{answer['report']['max_score']:g}"
                             except (OSError, ValueError, KeyError):
                                 score = "no report"
                             times.append(wall)
-                            cpus.append(cpu)
+                        _stop_warm_grader(tree, env)
                         row[label] = {"cold": times[0], "warm": statistics.median(times[1:]) if repeats else None,
-                                      "cpu": statistics.median(cpus), "score": score}
+                                      "cold_cpu": cpus[0], "cpu": statistics.median(cpus[1:] or cpus),
+                                      "score": score}
                     rows.append(row)
-                    cells = "  ".join(f"{label}: cold {row[label]['cold']:5.1f} s, warm "
-                                      f"{row[label]['warm'] or 0:5.1f} s, {row[label]['cpu']:5.1f} CPU s "
-                                      f"({row[label]['score']})" for label in trees)
+                    cells = "  ".join(f"{label}: cold {row[label]['cold']:5.1f} s ({row[label]['cold_cpu']:5.1f} "
+                                      f"CPU s), warm {row[label]['warm'] or 0:5.1f} s ({row[label]['cpu']:5.1f} "
+                                      f"CPU s) {row[label]['score']}" for label in trees)
                     log(f"{unit:18s} {asked:22s} {answer_name:34s} {cells}")
         return {"rows": rows, "cpu_measured_with": meter.how}
     finally:

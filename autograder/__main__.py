@@ -24,25 +24,25 @@ def main(argv: list[str]) -> int:
         return 2
     command, rest = argv[0], argv[1:]
     if command == "check":
-        from .cli import main as run
+        from .grading.check import main as run
     elif command == "build":
-        from .build import main as run
+        from .release.build import main as run
     elif command == "bench":
-        from .bench import main as run
+        from .tools.bench import main as run
     elif command == "train":
-        from .train import main as run
+        from .tools.train import main as run
     elif command == "feedback":
-        from .feedback import main as run
+        from .feedback.reports import main as run
     elif command == "warm-grader":
-        from .warm_grader import main as run
+        from .feedback.warm_grader import main as run
     elif command == "feedback-server":
-        from .feedback_server import main as run
+        from .feedback.service import main as run
     elif command == "feedback-report":
-        from .feedback_server import report_main as run
+        from .feedback.class_mistakes import main as run
     elif command == "autograde":
-        from .classgrading import main as run
+        from .nbgrader.autograde import main as run
     else:
-        from .demo import main as run
+        from .tools.demo import main as run
     return run(rest)
 
 

@@ -46,7 +46,7 @@ from pathlib import Path
 
 ALL = "all"
 ENV_URL, ENV_TOKEN = "COURSE_FEEDBACK_URL", "COURSE_FEEDBACK_TOKEN"
-VALIDATE_WAIT_ENV = "COURSE_VALIDATE_WAIT"  # seconds a grade cell waits under validate (nbgrader_course sets it)
+VALIDATE_WAIT_ENV = "COURSE_VALIDATE_WAIT"  # seconds a grade cell waits under validate (nbgrader/course.py sets it)
 VALIDATE_WAIT = 25.0  # below nbgrader's default 30 s per cell, for a validate configured elsewhere
 REQUEST_SECONDS = 1800.0
 COURSE_ROOT = Path(__file__).resolve().parent.parent  # the course folder, for a clone of the whole course
@@ -78,7 +78,7 @@ def service() -> tuple[str, str] | None:
 
 
 def local_graders(unit: str) -> bool:
-    return (COURSE_ROOT / "autograder" / "feedback.py").is_file() and \
+    return (COURSE_ROOT / "autograder" / "feedback" / "reports.py").is_file() and \
         (COURSE_ROOT / "autograder" / "tests" / f"test_{unit}.py").is_file()
 
 
@@ -371,7 +371,7 @@ def warm_grader_socket() -> Path:
 def start_warm_grader(unit: str | None = None) -> subprocess.Popen | None:
     """Start this course folder's warm grader, in the background (a no-op, apart from a process
     that sees the lock and leaves, when one runs). None where the graders are not here."""
-    if not (COURSE_ROOT / "autograder" / "warm_grader.py").is_file():
+    if not (COURSE_ROOT / "autograder" / "feedback" / "warm_grader.py").is_file():
         return None
     path = warm_grader_socket()
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)

@@ -3,7 +3,7 @@ next-token distribution (generation, sampling) or real learned attention heads (
 without training one first.
 
 The weights (`coursekit/data/tiny_gpt.pt`, float16, about 1 MB) are made by
-`python3 course.py build --checkpoint` (`autograder/pretrain.py`), which also records how
+`python3 course.py build --checkpoint` (`autograder/release/pretrain.py`), which also records how
 they were made and the held-out loss they reached. Nothing is downloaded.
 """
 

@@ -8,7 +8,7 @@ it lives on a CUDA device (`.is_cuda`, `.device`, `.get_device()`). A timer that
 the work; one that does not times only the launches, which take next to nothing.
 
 It keeps time with `time.perf_counter_ns` and waits with `time.sleep`, read when they are called:
-on the grader's virtual clock (autograder/worker/virtual_clock.py), which those read while a timer
+on the grader's virtual clock (autograder/trust/worker/virtual_clock.py), which those read while a timer
 is graded, a launch takes no time at all and `synchronize` moves the clock to the moment the queued
 work is done, so what a timer measures is exact. Anywhere else it really waits.
 """

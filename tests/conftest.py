@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.demo import run_sample_class
+from autograder.tools.demo import run_sample_class
 
 
 @pytest.fixture(scope="session")
@@ -134,8 +134,8 @@ def unprivileged():
     import shutil
     import sys
 
-    from autograder import sandbox
     from autograder.paths import ROOT
+    from autograder.trust import sandbox
 
     if not sandbox.bwrap_works():
         pytest.skip("bubblewrap cannot make a sandbox on this machine (no user namespaces?)")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from autograder.bench import MergesDiffer, compare_merges, first_tie, gpt2_byte_alphabet, hf_bpe
-from autograder.reference import load_reference
+from autograder.engine.reference import load_reference
+from autograder.tools.bench import MergesDiffer, compare_merges, first_tie, gpt2_byte_alphabet, hf_bpe
 from coursekit.corpus import stdlib_split
 
 TEXT_CHARS = 20_000  # the first training files: a few hundred merges before counts tie

@@ -46,7 +46,7 @@ needs_chromium = pytest.mark.skipif(
 pytestmark = pytest.mark.xdist_group("browser")
 pytest.importorskip("selenium", reason="selenium is not installed: `pip install -r requirements.txt`")
 
-from autograder.feedback import feedback_for  # noqa: E402 (after the skip: the check is cheap, the import is not)
+from autograder.feedback.reports import feedback_for  # noqa: E402 (after the skip: the check is cheap, the import is not)
 from autograder.paths import ROOT  # noqa: E402
 from autograder.units import get_unit  # noqa: E402
 from coursekit.quiz import LETTERS, decode_quiz  # noqa: E402
@@ -248,7 +248,7 @@ def test_the_check_line_names_the_mistake_through_the_feedback_service(open_note
     assert_shows(shown, saved_report_text(page))
     # The answer came from the service: it recorded this student's check of the saved file,
     # with the mistake it named.
-    from autograder.feedback_db import Database
+    from autograder.feedback.db import Database
 
     database = Database(running["db"])
     try:

@@ -1,4 +1,4 @@
-"""A grading run's budget (autograder/budget.py): what one submission may spend of the grader's
+"""A grading run's budget (autograder/trust/budget.py): what one submission may spend of the grader's
 time, computing or waiting, in all its cells and checks together, measured outside its process.
 
 Per-cell and per-call limits stop one cell or one call; a notebook of many cells that each wait
@@ -19,10 +19,10 @@ import time
 
 import pytest
 
-from autograder.budget import OVER_BUDGET, Budget
-from autograder.core import grade_part
+from autograder.engine.grade import grade_part
 from autograder.paths import ROOT
-from autograder.student import Student
+from autograder.trust.budget import OVER_BUDGET, Budget
+from autograder.trust.student import Student
 from autograder.units import UNITS
 
 ANSWER = "def double(x):\n    return 2 * x\n"

@@ -17,10 +17,10 @@ import inspect
 import nbformat
 import pytest
 
-from autograder.core import grade_part
+from autograder.engine.grade import grade_part
+from autograder.engine.reference import load_reference
 from autograder.paths import COURSE_UNITS, chapter_notebook, release_notebook, solution_notebook
-from autograder.reference import load_reference
-from autograder.student import Student
+from autograder.trust.student import Student
 from autograder.units import UNITS
 
 MOST = 0.20  # of a unit's points

@@ -19,10 +19,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import classgrading
-from autograder.demo import SampleMaker
-from autograder.nbgrader_course import ScratchCourse
+from autograder.nbgrader import autograde
+from autograder.nbgrader.course import ScratchCourse
 from autograder.paths import ROOT, unit_notebook_name
+from autograder.tools.demo import SampleMaker
 
 pytestmark = [pytest.mark.nbgrader, pytest.mark.xdist_group("class_grading")]
 
@@ -50,7 +50,7 @@ def make_course(path: Path, notebooks: dict) -> ScratchCourse:
 
 
 def recorded(course: ScratchCourse) -> list[str]:
-    events = course.path / classgrading.LEDGER_DIR / f"{UNIT}.log"
+    events = course.path / autograde.LEDGER_DIR / f"{UNIT}.log"
     return [line.split()[3] for line in events.read_text().splitlines()] if events.exists() else []
 
 
@@ -85,14 +85,14 @@ def graded_class(tmp_path_factory):
     # Second run: everyone, the crashing and the hanging student included.
     log = root / "second_run.log"
     with log.open("w") as stream:
-        run = classgrading.autograde_class(parallel.path, UNIT, workers=2, stream=stream, seconds=HANG_SECONDS)
+        run = autograde.autograde_class(parallel.path, UNIT, workers=2, stream=stream, seconds=HANG_SECONDS)
     return {"sequential": sequential, "parallel": parallel, "run": run, "before_restart": before_restart,
             "log": log.read_text()}
 
 
 def test_two_workers_give_the_gradebook_sequential_nbgrader_gives(graded_class):
-    sequential = classgrading.gradebook_rows(graded_class["sequential"].path, UNIT, GOOD)
-    parallel = classgrading.gradebook_rows(graded_class["parallel"].path, UNIT, GOOD)
+    sequential = autograde.gradebook_rows(graded_class["sequential"].path, UNIT, GOOD)
+    parallel = autograde.gradebook_rows(graded_class["parallel"].path, UNIT, GOOD)
     assert set(sequential) == set(GOOD)
     for student in GOOD:
         # The submission's timestamp is when nbgrader saw it (no timestamp.txt): not compared.
@@ -121,14 +121,14 @@ def test_a_crashing_and_a_hanging_submission_cost_only_their_own_student(graded_
     assert "did not finish within 25 s" in run.failures["hal"]
     assert "nbgrader could not grade it" in run.failures["zed"]
     assert "FAILED hal" in graded_class["log"] and "FAILED zed" in graded_class["log"]
-    summary = classgrading.summary(graded_class["parallel"].path, run, None, False)
+    summary = autograde.summary(graded_class["parallel"].path, run, None, False)
     assert "2 submission(s) could not be graded" in summary and "hal:" in summary and "zed:" in summary
 
 
 def test_an_unchanged_class_is_not_graded_again_and_a_changed_submission_is(graded_class, tmp_path):
     course = graded_class["parallel"]
     stream = (tmp_path / "log").open("w")
-    again = classgrading.autograde_class(course.path, UNIT, workers=2, students=["ada", "cat"], stream=stream)
+    again = autograde.autograde_class(course.path, UNIT, workers=2, students=["ada", "cat"], stream=stream)
     assert again.graded == [] and sorted(again.skipped) == ["ada", "cat"]
 
 
@@ -137,8 +137,8 @@ def test_the_dask_path_on_a_local_cluster(graded_class, tmp_path):
     source = graded_class["parallel"].path / "submitted" / "ada" / UNIT / NAME
     course = make_course(tmp_path / "dask", {"ada": nbformat.read(source, as_version=4)})
     with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=True, dashboard_address=None) as cluster:
-        run = classgrading.autograde_class(course.path, UNIT, scheduler=cluster.scheduler_address,
+        run = autograde.autograde_class(course.path, UNIT, scheduler=cluster.scheduler_address,
                                            stream=(tmp_path / "log").open("w"))
     assert run.graded == ["ada"] and not run.failures
-    assert classgrading.gradebook_rows(course.path, UNIT)["ada"]["score"] == \
-        classgrading.gradebook_rows(graded_class["sequential"].path, UNIT)["ada"]["score"]
+    assert autograde.gradebook_rows(course.path, UNIT)["ada"]["score"] == \
+        autograde.gradebook_rows(graded_class["sequential"].path, UNIT)["ada"]["score"]

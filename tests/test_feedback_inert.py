@@ -27,10 +27,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.demo import SampleMaker
-from autograder.nbgrader_course import ScratchCourse
+from autograder.nbgrader.course import ScratchCourse
 from autograder.paths import unit_notebook_name
-from autograder.submission import nbgrader_meta
+from autograder.tools.demo import SampleMaker
+from autograder.trust.submission import nbgrader_meta
 from autograder.units import UNITS
 
 UNIT = "01_attention"
@@ -336,7 +336,7 @@ def test_inert_markdown_renders_to_itself():
     one HTML block, unchanged, and cleaning it again changes nothing."""
     from nbconvert.filters.markdown_mistune import markdown2html_mistune
 
-    from autograder.inert import inert_markdown
+    from autograder.trust.inert import inert_markdown
 
     for source in [HONEST, *MARKDOWN_ATTACKS, "```\ncode\n\nwith a blank line\n```\n\n[after](javascript:x)"]:
         stored = inert_markdown(source, {"diagram.png": {"image/png": PNG}})
@@ -350,7 +350,7 @@ def test_the_feedback_exporter_alone_cleans_what_the_template_renders():
     is (no InertNotebook, no InertOutputs): the last line of defence, on its own."""
     from nbgrader.converters import GenerateFeedback
 
-    from autograder.inert import InertFeedbackExporter
+    from autograder.trust.inert import InertFeedbackExporter
 
     def page(cells):
         nb = nbformat.v4.new_notebook(cells=cells, metadata={"title": "</title><script>alert('title')</script>"})
@@ -381,7 +381,7 @@ def test_every_listed_preprocessor_runs(tmp_path):
     from nbconvert.exporters import HTMLExporter, NotebookExporter
     from traitlets.config import Config
 
-    from autograder.nbgrader_course import configure
+    from autograder.nbgrader.course import configure
 
     config = Config()
     configure(config, tmp_path)

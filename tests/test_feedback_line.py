@@ -17,9 +17,9 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from autograder.feedback import feedback_for, graded
+from autograder.feedback.reports import feedback_for, graded
 from autograder.paths import ROOT, release_notebook, solution_notebook
-from autograder.submission import nbgrader_meta
+from autograder.trust.submission import nbgrader_meta
 from autograder.units import UNITS
 from coursekit import feedback
 
@@ -98,9 +98,9 @@ def test_the_check_line_in_a_kernel_names_the_mistake_of_the_saved_answer(privat
 def test_the_check_line_asks_a_configured_service_and_shows_its_refusal(private_cache, monkeypatch, capsys):
     """What a student in a class sees: `connect` once, then the line grades through the service,
     which records the check; a changed notebook over the limit gets the service's sentence."""
-    from autograder.feedback_db import GRADED as RECORDED_GRADED
-    from autograder.feedback_db import OVER_LIMIT, Database
-    from autograder.feedback_server import Grading, Service
+    from autograder.feedback.db import GRADED as RECORDED_GRADED
+    from autograder.feedback.db import OVER_LIMIT, Database
+    from autograder.feedback.service import Grading, Service
 
     db = Database(f"sqlite:///{private_cache / 'feedback.db'}")
     tokens = db.add_students(["ada"])
@@ -181,7 +181,7 @@ def validate(folder: Path) -> str:
     (folder / "nbgrader_config.py").write_text(
         "import sys\n"
         f"sys.path.insert(0, {str(ROOT)!r})\n"
-        "from autograder.nbgrader_course import configure\n"
+        "from autograder.nbgrader.course import configure\n"
         f"configure(get_config(), {str(ROOT)!r})\n")
     notebooks = sorted(p.name for p in folder.glob("*.ipynb"))
     env = dict(os.environ, PYTHONPATH=str(ROOT))

@@ -8,22 +8,23 @@ notebook, 200 connections of one token and four streams of 4 MB parse-heavy bodi
 honest check is still answered, and answered right (never "busy"), and the attacker's requests
 are refused past the caps.
 
-`feedback_load.load_test` does the work, the same function `course.py bench feedback` runs for
+`load_test.load_test` does the work, the same function `course.py bench feedback` runs for
 its figures (the latencies are printed there, not asserted here).
 """
 
 from __future__ import annotations
 
-from autograder import feedback_load, feedback_server
-from autograder.feedback_db import GRADED, OVER_LIMIT
+from autograder.feedback import service
+from autograder.feedback.db import GRADED, OVER_LIMIT
+from autograder.tools import load_test
 
 
 def test_fifty_checks_at_once_from_twenty_five_students_alone_and_beside_an_attacker():
-    result = feedback_load.load_test(students=25, limit=1, workers=2, attacker=True, log=lambda line: None)
+    result = load_test.load_test(students=25, limit=1, workers=2, attacker=True, log=lambda line: None)
     assert result["problems"] == []
     for figures in (result, result["attacked"]):
         assert figures["sent"] == figures["answered"] == 50
-        # Each student sends one part twice, or "all" and one part (feedback_load.LOAD_PATTERNS):
+        # Each student sends one part twice, or "all" and one part (load_test.LOAD_PATTERNS):
         # whichever the service takes first uses that part's one check, so the other is refused.
         assert figures["graded"] == figures["refused"] == figures["refused_expected"] == 25
         assert {status for status, _, _ in figures["answers"]} == {200, 429}
@@ -35,16 +36,16 @@ def test_fifty_checks_at_once_from_twenty_five_students_alone_and_beside_an_atta
     # closed with the body unread); no stream of parse-heavy bodies was ever graded.
     attack = result["attack"]
     held = {key.removeprefix("held "): value for key, value in attack.items() if key.startswith("held ")}
-    assert held["open unanswered"] <= feedback_server.PER_STUDENT, attack
-    assert held.get("429", 0) + held.get("closed unanswered", 0) >= 200 - feedback_server.PER_STUDENT, attack
+    assert held["open unanswered"] <= service.PER_STUDENT, attack
+    assert held.get("429", 0) + held.get("closed unanswered", 0) >= 200 - service.PER_STUDENT, attack
     assert not any(key.startswith("stream 200") for key in attack), attack
 
 
 def test_the_limit_follows_the_order_the_checks_were_taken():
     # The rule the load test holds the service to, on its own: "all" needs room in every part.
     order = ["all", "softmax", "self_attention", "all"]
-    assert feedback_load.expected_outcomes(order, "01_attention", 1) == [GRADED, OVER_LIMIT, OVER_LIMIT, OVER_LIMIT]
-    assert feedback_load.expected_outcomes(order, "01_attention", 2) == [GRADED, GRADED, GRADED, OVER_LIMIT]
+    assert load_test.expected_outcomes(order, "01_attention", 1) == [GRADED, OVER_LIMIT, OVER_LIMIT, OVER_LIMIT]
+    assert load_test.expected_outcomes(order, "01_attention", 2) == [GRADED, GRADED, GRADED, OVER_LIMIT]
 
 
 def test_slow_notebooks_cost_their_sender_only():
@@ -52,6 +53,6 @@ def test_slow_notebooks_cost_their_sender_only():
     checks of a notebook whose cells wait end within the unit's budget, say so, and count (the
     next check of either part is refused); a classmate's honest check sent 20 s later is answered
     within 2 minutes (it gets the other worker: the student's second check waits behind the first)."""
-    result = feedback_load.slow_notebook_scenario(workers=2, delay=20, classmate_within=120, log=lambda line: None)
+    result = load_test.slow_notebook_scenario(workers=2, delay=20, classmate_within=120, log=lambda line: None)
     assert result["problems"] == []
     assert result["classmate_status"] == 200

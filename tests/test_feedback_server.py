@@ -33,11 +33,12 @@ from concurrent.futures import ThreadPoolExecutor as Threads
 
 import pytest
 
-from autograder import feedback, feedback_server
-from autograder.feedback_db import BAD_INPUT, BUSY, GRADED, GRADER_FAILED, OVER_LIMIT, TOO_MANY, Database
-from autograder.feedback_load import hold_connections, notebook_bytes, parse_heavy_body
-from autograder.feedback_server import Grading, Service
+from autograder.feedback import class_mistakes, reports
+from autograder.feedback import service as feedback_service
+from autograder.feedback.db import BAD_INPUT, BUSY, GRADED, GRADER_FAILED, OVER_LIMIT, TOO_MANY, Database
+from autograder.feedback.service import Grading, Service
 from autograder.paths import ROOT
+from autograder.tools.load_test import hold_connections, notebook_bytes, parse_heavy_body
 
 UNIT = "01_attention"
 SUBMISSIONS = ROOT / "tests" / "submissions" / UNIT
@@ -201,7 +202,7 @@ def test_oversized_uploads_are_refused_and_a_huge_one_unread(served):
     for extra, size in ((10, "4.2"), (1_000_000, "5.2")):  # a notebook over the limit, by a little and by more
         big = json.loads(check_body("correct_einsum"))
         big["cells"].append({"cell_type": "raw", "metadata": {}, "id": "x",
-                             "source": "x" * (feedback.MAX_NOTEBOOK_BYTES + extra)})
+                             "source": "x" * (reports.MAX_NOTEBOOK_BYTES + extra)})
         status, answer = post(port, tokens["cy"], json.dumps(big).encode())  # sent whole: the client reads it
         assert status == 413
         assert one_sentence(answer).startswith(f"the notebook is {size} MB, over the 4 MB limit")
@@ -550,8 +551,8 @@ def test_connections_past_the_total_cap_are_answered_and_closed(tmp_path):
 
 SERVE_IN_A_PROCESS = """
 import json, sys, time
-from autograder.feedback_db import Database
-from autograder.feedback_server import Grading, Service
+from autograder.feedback.db import Database
+from autograder.feedback.service import Grading, Service
 
 class Instant:  # a pool that answers every check at once
     @staticmethod
@@ -595,8 +596,8 @@ def test_two_hundred_connections_of_one_token_are_refused_past_the_cap_and_memor
         held = Counter()
         holder = threading.Thread(target=hold_connections, args=(port, tokens["mallory"], 200, stop, held), daemon=True)
         holder.start()
-        refused = 200 - feedback_server.PER_STUDENT
-        bound = feedback_server.BODY_MEMORY + 200 * feedback_server.CONNECTION_MEMORY
+        refused = 200 - feedback_service.PER_STUDENT
+        bound = feedback_service.BODY_MEMORY + 200 * feedback_service.CONNECTION_MEMORY
         deadline = time.monotonic() + 60
         while held[429] + held["closed unanswered"] < refused and holder.is_alive() and time.monotonic() < deadline \
                 and memory_of(process.pid)["VmHWM"] - before < bound:
@@ -608,7 +609,7 @@ def test_two_hundred_connections_of_one_token_are_refused_past_the_cap_and_memor
         stop.set()
         holder.join(60)
         print(f"200 connections: {dict(held)}; resident memory grew by {peak / 1e6:.1f} MB (bound {bound / 1e6:.0f})")
-        assert held["open unanswered"] == feedback_server.PER_STUDENT, held
+        assert held["open unanswered"] == feedback_service.PER_STUDENT, held
         assert held[429] + held["closed unanswered"] == refused and held[429] > 0, held
     finally:
         stop.set()
@@ -619,7 +620,7 @@ def test_two_hundred_connections_of_one_token_are_refused_past_the_cap_and_memor
 def test_add_students_prints_tokens_and_stores_only_their_hashes(tmp_path, capsys):
     url = f"sqlite:///{tmp_path / 'feedback.db'}"
     csv_path = tmp_path / "tokens.csv"
-    assert feedback_server.main(["--add-students", "ada, ben", "--db", url, "--csv", str(csv_path)]) == 0
+    assert feedback_service.main(["--add-students", "ada, ben", "--db", url, "--csv", str(csv_path)]) == 0
     lines = capsys.readouterr().out.split("\n")
     tokens = dict(line.split(" ") for line in lines if line)
     assert sorted(tokens) == ["ada", "ben"] and len(set(tokens.values())) == 2
@@ -628,9 +629,9 @@ def test_add_students_prints_tokens_and_stores_only_their_hashes(tmp_path, capsy
     assert db.student_for(tokens["ben"])[1] == "ben" and db.student_for(tokens["ada"] + "x") is None
     stored = (tmp_path / "feedback.db").read_bytes()
     assert not any(token.encode() in stored for token in tokens.values())
-    assert feedback_server.main(["--add-students", "ada", "--db", url]) == 0  # a new token: the old one stops
+    assert feedback_service.main(["--add-students", "ada", "--db", url]) == 0  # a new token: the old one stops
     assert db.student_for(tokens["ada"]) is None
-    assert feedback_server.main(["--add-students", "../x,ok", "--db", url]) == 2
+    assert feedback_service.main(["--add-students", "../x,ok", "--db", url]) == 2
     assert "not a student name" in capsys.readouterr().err
 
 
@@ -650,7 +651,7 @@ def test_the_report_counts_students_and_checks_most_common_first(tmp_path, capsy
     graded("cy", {"softmax": ["unstable_softmax"], "self_attention": []})
     db.refused(ids["cy"], OVER_LIMIT)  # not graded: not in the report
     db.close()
-    assert feedback_server.report_main([UNIT, "--db", db.url]) == 0
+    assert class_mistakes.main([UNIT, "--db", db.url]) == 0
     out = capsys.readouterr().out
     softmax = out.split("softmax:", 1)[1].split("\n\n")[0].splitlines()
     assert softmax[0].strip() == "3 students checked it, 0 reached full marks"

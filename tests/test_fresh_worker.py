@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from autograder import sandbox
-from autograder.student import Student
+from autograder.trust import sandbox
+from autograder.trust.student import Student
 
 needs_sandbox = pytest.mark.skipif(not sandbox.bwrap_works(),
                                    reason="bubblewrap cannot make a sandbox on this machine (no user namespaces?)")

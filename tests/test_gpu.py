@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.reference import load_reference
+from autograder.engine.reference import load_reference
 
 needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(),
                                reason="no CUDA GPU here: the GPU paths (synchronisation, bf16 autocast, fused AdamW, "
@@ -70,7 +70,7 @@ def test_the_benchmark_measures_memory_on_the_gpu():
 
 @needs_gpu
 def test_the_gpu_recipe_swaps_in_fused_adamw_and_bf16_autocast_and_restores_them():
-    from autograder.train import device_recipe
+    from autograder.tools.train import device_recipe
 
     plain = torch.optim.AdamW
     weight = torch.nn.Parameter(torch.zeros(4, device="cuda"))
@@ -85,7 +85,7 @@ def test_course_train_on_the_gpu_compiles_trains_in_bf16_and_reports_mfu(tmp_pat
     """A short `course.py train` on the GPU, compiled, on a small split. (The full run, whose
     held-out loss should still fall after minutes on the whole corpus, is issue 20's to measure
     when a GPU is lent: none was when this was written.)"""
-    from autograder import train
+    from autograder.tools import train
 
     recipe = train.Recipe(vocab_size=512, bpe_chars=200_000,
                           model=dict(context_length=128, d_model=128, n_layers=2, n_heads=4),

@@ -13,10 +13,11 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from autograder.core import grade_part, grade_student, variant_namespace
+from autograder.engine.catalogue import variant_namespace
+from autograder.engine.grade import grade_part, grade_student
+from autograder.engine.reference import load_reference
 from autograder.paths import ROOT, release_notebook, solution_notebook
-from autograder.reference import load_reference
-from autograder.student import InProcessStudent, Student
+from autograder.trust.student import InProcessStudent, Student
 from autograder.units import UNITS
 
 SUBMISSIONS = Path(__file__).parent / "submissions"
@@ -118,7 +119,7 @@ def test_correct_implementations_written_differently_get_full_marks(unit, path):
     checks = grade_parts_in_worker(unit, path, [p.name for p in UNITS[unit].parts], usage)
     failed = [c["message"] for c in checks if not c["passed"]]
     assert sum(c["points"] for c in checks) == UNITS[unit].points, failed
-    # Far inside the run's budget (autograder/budget.py), which is sized from the reference's cost:
+    # Far inside the run's budget (autograder/trust/budget.py), which is sized from the reference's cost:
     # a correct answer written otherwise must never come near it.
     budget = UNITS[unit].budget
     assert usage["cpu_seconds"] <= budget.cpu_seconds / 2 and usage["waiting_seconds"] <= budget.waiting_seconds / 2, \
@@ -243,7 +244,7 @@ def test_a_broken_grader_scores_zero_and_says_it_is_the_graders_fault(tmp_path):
     broken = ROOT / "autograder" / "tests" / "test_zz_broken_for_a_test.py"
     broken.write_text(
         "import pytest\n"
-        "from autograder.plugin import check_cases, grade\n"
+        "from autograder.grading.plugin import check_cases, grade\n"
         "from autograder.units.attention import UNIT\n\n"
         "@check_cases(UNIT, 'softmax')\n"
         "def test_softmax(student, check):\n"
@@ -452,7 +453,7 @@ def test_the_grader_loads_what_defines_the_answers_not_the_checks_figures_and_de
     locked visible checks, figures and demos only test or show, and the kernel runs them."""
     import nbformat
 
-    from autograder.submission import SHOWS_ONLY_PREFIXES, code_cells, nbgrader_meta
+    from autograder.trust.submission import SHOWS_ONLY_PREFIXES, code_cells, nbgrader_meta
 
     nb = nbformat.read(solution_notebook(unit), as_version=4)
     shows_only = [nbgrader_meta(c)["grade_id"] for c in nb.cells
@@ -471,17 +472,17 @@ def test_the_grader_loads_what_defines_the_answers_not_the_checks_figures_and_de
 FORKED_RUN = """
 import json, os, sys
 from pathlib import Path
-from autograder import cli
-from autograder.forked import Forked
+from autograder.grading import run as grading_run
+from autograder.grading.forked import Forked
 
 unit, path, seconds = sys.argv[1], Path(sys.argv[2]), float(sys.argv[3])
-cli.prepare_forked_runs(unit)
-run = cli.GradingRun(unit, path)
+grading_run.prepare_forked_runs(unit)
+run = grading_run.GradingRun(unit, path)
 assert isinstance(run.proc, Forked), type(run.proc)
 try:
     report, _ = run.result(seconds)
     print(json.dumps({"score": report["score"], "checks": report["checks"]}))
-except cli.GradingFailed as err:
+except grading_run.GradingFailed as err:
     try:
         os.waitpid(run.proc.pid, os.WNOHANG)
         reaped = False

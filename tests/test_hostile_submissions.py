@@ -21,11 +21,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.cli import check
-from autograder.demo import SampleMaker
-from autograder.nbgrader_course import ScratchCourse
+from autograder.grading.run import check
+from autograder.nbgrader.course import ScratchCourse
 from autograder.paths import ROOT, unit_notebook_name
-from autograder.submission import nbgrader_meta
+from autograder.tools.demo import SampleMaker
+from autograder.trust.submission import nbgrader_meta
 from autograder.units import UNITS
 
 UNIT = "01_attention"
@@ -105,7 +105,7 @@ def attacks(course: Path) -> dict[str, tuple[str, str, float | str]]:
         # stealing the answer: nothing of the course is in the sandbox
         "steal_reference": ("release", f"import glob, sys\nsys.path.insert(0, {root!r})\n"
                             "def softmax(x, axis=-1):\n"
-                            "    from autograder.reference import load_reference\n"
+                            "    from autograder.engine.reference import load_reference\n"
                             "    return load_reference('01_attention').softmax(x, axis)\n"
                             f"for path in glob.glob({root!r} + '/solutions/*/*.ipynb') + [{gradebook!r}]:\n"
                             "    print(open(path, errors='replace').read())\n", 0),
@@ -378,19 +378,19 @@ def test_a_run_whose_notebook_nbgrader_gave_up_on_is_stopped(tmp_path):
     tests' run must not go on computing beside the next students' (it did, for seconds)."""
     import shutil
 
-    from autograder import nbgrader_grades
+    from autograder.nbgrader import grades
     from autograder.paths import solution_notebook
 
     gone = tmp_path / "gone" / NAME
     gone.parent.mkdir()
     shutil.copy(solution_notebook(UNIT), gone)
-    nbgrader_grades.RUNS["gone/01_attention/attention"] = stale = nbgrader_grades.GradingRun(UNIT, gone)
+    grades.RUNS["gone/01_attention/attention"] = stale = grades.GradingRun(UNIT, gone)
     resources = {"nbgrader": {"assignment": UNIT, "notebook": NAME.removesuffix(".ipynb"), "student": "next"}}
     try:
-        nbgrader_grades.StartTrustedGrading().preprocess(nbformat.read(gone, as_version=4), resources)
+        grades.StartTrustedGrading().preprocess(nbformat.read(gone, as_version=4), resources)
         assert stale.proc.returncode is not None, "the abandoned run is still going"
         assert not gone.parent.exists()
-        assert list(nbgrader_grades.RUNS) == ["next/01_attention/attention"]
+        assert list(grades.RUNS) == ["next/01_attention/attention"]
     finally:
-        nbgrader_grades.abandon_runs()
-    assert nbgrader_grades.RUNS == {}
+        grades.abandon_runs()
+    assert grades.RUNS == {}

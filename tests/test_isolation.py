@@ -28,10 +28,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder import classgrading
-from autograder.demo import SampleMaker
-from autograder.nbgrader_course import ScratchCourse
+from autograder.nbgrader import autograde as nbgrader_autograde
+from autograder.nbgrader.course import ScratchCourse
 from autograder.paths import ROOT, unit_notebook_name
+from autograder.tools.demo import SampleMaker
 from autograder.units import UNITS
 
 pytestmark = [pytest.mark.nbgrader, pytest.mark.xdist_group("unprivileged")]
@@ -45,7 +45,7 @@ FULL = UNITS[UNIT].points
 HOG = """
 import sys, time
 sys.path.insert(0, {root!r})
-from autograder.sandbox import SandboxedProcess
+from autograder.trust.sandbox import SandboxedProcess
 code = ("import threading, time\\n"
         "for _ in range(2000):\\n"
         "    try:\\n"
@@ -139,7 +139,7 @@ def autograde(user, course: ScratchCourse, home: Path, *extra: str) -> subproces
 
 
 def scores(course: ScratchCourse) -> dict:
-    return {student: score for student, (score, _) in classgrading.scores(course.path, UNIT).items()}
+    return {student: score for student, (score, _) in nbgrader_autograde.scores(course.path, UNIT).items()}
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +214,7 @@ def test_a_sandbox_killed_as_it_starts_is_the_graders_failure_and_graded_next_ti
     assert first.returncode == 1, first.stdout[-3000:]
     assert "1 submission(s) could not be graded" in first.stdout, first.stdout[-3000:]
     assert "ada: the grader failed" in first.stdout, first.stdout[-3000:]
-    ledger = course.path / classgrading.LEDGER_DIR / f"{UNIT}.json"
+    ledger = course.path / nbgrader_autograde.LEDGER_DIR / f"{UNIT}.json"
     assert not ledger.exists() or json.loads(ledger.read_text()) == {}
     assert scores(course).get("ada") in (None, 0.0)  # nothing recorded (nbgrader would list 0 for none)
 

@@ -1,5 +1,5 @@
 """The instructor's loop through real nbgrader commands, on the sample class (see
-autograder/demo.py for who the students are; the suite grades its compact form, the same cases
+autograder/tools/demo.py for who the students are; the suite grades its compact form, the same cases
 in three notebooks a unit, with the looping part in the first unit only, so each test asks
 which student plays the case it checks and which parts each unit's cases broke)."""
 

@@ -7,7 +7,7 @@ import nbformat
 import pytest
 
 from autograder.paths import COURSE_UNITS, chapter_notebook, quiz_bank, solution_notebook
-from autograder.quizzes import load_bank
+from autograder.release.quizzes import load_bank
 from coursekit.quiz import Quiz, QuizWidget, answer, decode_quiz, encode_quiz, show_quiz
 
 QUIZ = {

@@ -7,9 +7,9 @@ import nbformat
 import pytest
 import yaml
 
-from autograder.build import build, check_locked_cells
 from autograder.paths import EXERCISES, QUIZZES, release_notebook, solution_notebook
-from autograder.submission import nbgrader_meta
+from autograder.release.build import build, check_locked_cells
+from autograder.trust.submission import nbgrader_meta
 from autograder.units import UNITS
 
 GRADED = [u for u in UNITS if solution_notebook(u).exists()]

@@ -10,7 +10,7 @@ import types
 import pytest
 import torch
 
-from autograder.reference import load_reference
+from autograder.engine.reference import load_reference
 from coursekit.gpt import GPT
 from coursekit.training import TrainConfig
 

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from autograder import train
+from autograder.tools import train
 from coursekit import corpus
 
 TINY = train.Recipe(vocab_size=300, bpe_chars=20_000, model=dict(context_length=16, d_model=16, n_layers=1, n_heads=2),
@@ -63,8 +63,8 @@ def test_course_train_steps_runs_the_recipe_and_ends_with_the_usual_line(tiny_co
 
 
 def test_the_cached_ids_are_the_reference_encoding_and_a_new_vocabulary_is_a_new_key(tmp_path):
-    from autograder.reference import load_reference
-    from autograder.tokenized_corpus import ids_for, merges_for
+    from autograder.engine.reference import load_reference
+    from autograder.tools.tokenized_corpus import ids_for, merges_for
 
     ref = load_reference("08_training")
     text = corpus.stdlib_split(SMALL_SPLIT)[0][:5_000]

@@ -16,10 +16,10 @@ import sys
 
 import pytest
 
-from autograder.core import grade_part
+from autograder.engine.grade import grade_part
 from autograder.paths import ROOT, solution_notebook
-from autograder.student import Student
-from autograder.submission import code_cells
+from autograder.trust.student import Student
+from autograder.trust.submission import code_cells
 from autograder.units import UNITS
 
 # unit 07: the (T, T) scores built outside PyTorch, or in a thread

@@ -12,10 +12,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from autograder.core import grade_part, variant_namespace
+from autograder.engine.catalogue import variant_namespace
+from autograder.engine.grade import grade_part
+from autograder.engine.reference import load_reference
 from autograder.paths import ROOT
-from autograder.reference import load_reference
-from autograder.student import InProcessStudent, Student
+from autograder.trust.student import InProcessStudent, Student
 from autograder.units import UNITS
 from autograder.units import block as block_unit
 from coursekit import blocks

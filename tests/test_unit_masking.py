@@ -13,11 +13,11 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import core
+from autograder.engine import grade
+from autograder.engine.reference import load_reference
 from autograder.paths import release_notebook, solution_notebook
-from autograder.reference import load_reference
-from autograder.student import InProcessStudent
-from autograder.submission import nbgrader_meta
+from autograder.trust.student import InProcessStudent
+from autograder.trust.submission import nbgrader_meta
 from autograder.units import get_unit
 from autograder.units import masking as spec
 
@@ -26,11 +26,11 @@ from autograder.units import masking as spec
 # small wrong versions written in this file), so they run in-process; submissions written
 # as files go through the sandboxed worker (`check_file`, tests/test_graders.py).
 def grade_part(unit, part, namespace, *args, **kwargs):
-    return core.grade_part(unit, part, InProcessStudent(namespace), *args, **kwargs)
+    return grade.grade_part(unit, part, InProcessStudent(namespace), *args, **kwargs)
 
 
 def grade_namespace(unit, namespace, *args, **kwargs):
-    return core.grade_student(unit, InProcessStudent(namespace), *args, **kwargs)
+    return grade.grade_student(unit, InProcessStudent(namespace), *args, **kwargs)
 
 
 UNIT = "02_masking"

@@ -15,13 +15,13 @@ import nbformat
 import numpy as np
 import pytest
 
-from autograder import core
-from autograder.cli import check as check_file
-from autograder.core import Inputs, seeded_rng
+from autograder.engine import grade
+from autograder.engine.reference import load_reference
+from autograder.engine.spec import Inputs, seeded_rng
+from autograder.grading.run import check as check_file
 from autograder.paths import ROOT, solution_notebook
-from autograder.reference import load_reference
-from autograder.student import InProcessStudent
-from autograder.submission import is_reference_cell, nbgrader_meta
+from autograder.trust.student import InProcessStudent
+from autograder.trust.submission import is_reference_cell, nbgrader_meta
 from autograder.units import get_unit
 from autograder.units import multihead as mh
 
@@ -30,7 +30,7 @@ from autograder.units import multihead as mh
 # small wrong versions written in this file), so they run in-process; submissions written
 # as files go through the sandboxed worker (`check_file`, tests/test_graders.py).
 def grade_part(unit, part, namespace, *args, **kwargs):
-    return core.grade_part(unit, part, InProcessStudent(namespace), *args, **kwargs)
+    return grade.grade_part(unit, part, InProcessStudent(namespace), *args, **kwargs)
 
 
 UNIT = get_unit("03_multihead")

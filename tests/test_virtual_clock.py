@@ -1,4 +1,4 @@
-"""Unit 07's `time_fn` is timed on a clock the grader controls (autograder/worker/virtual_clock.py).
+"""Unit 07's `time_fn` is timed on a clock the grader controls (autograder/trust/worker/virtual_clock.py).
 
 A timer's grade must depend on its answer alone, never on how busy the machine is: while the
 grader times a timer, the clocks the timer can read stand still but for what the grader's own
@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.core import grade_part
-from autograder.student import Student
+from autograder.engine.grade import grade_part
+from autograder.trust.student import Student
 from autograder.units import UNITS
 
 UNIT = UNITS["07_flash_training"]
@@ -53,7 +53,7 @@ def assert_real_clocks():
 
 
 def test_the_clocks_stand_still_but_for_sleeps_and_what_the_grader_says_a_call_took():
-    from autograder.worker.virtual_clock import Took, VirtualClock
+    from autograder.trust.worker.virtual_clock import Took, VirtualClock
 
     with VirtualClock() as clock:
         start = {name: getattr(time, name)() for name in REAL if name != "sleep"}
@@ -79,7 +79,7 @@ def test_the_clocks_stand_still_but_for_sleeps_and_what_the_grader_says_a_call_t
 
 
 def test_names_bound_before_the_call_read_the_clock_during_it_and_are_put_back():
-    from autograder.worker.virtual_clock import VirtualClock
+    from autograder.trust.worker.virtual_clock import VirtualClock
 
     namespace = {"perf_counter": time.perf_counter, "timer": timeit.default_timer, "ns": time.perf_counter_ns,
                  "sleep": time.sleep, "unrelated": len, "number": 3}
@@ -111,7 +111,7 @@ def test_names_bound_before_the_call_read_the_clock_during_it_and_are_put_back()
 
 
 def test_the_clock_is_put_back_whatever_the_timed_code_does():
-    from autograder.worker.virtual_clock import VirtualClock
+    from autograder.trust.worker.virtual_clock import VirtualClock
 
     namespace = {"perf_counter": time.perf_counter}
 
@@ -129,7 +129,7 @@ def test_the_clock_is_put_back_whatever_the_timed_code_does():
 
 
 def test_another_thread_stays_on_real_time():
-    from autograder.worker.virtual_clock import VirtualClock
+    from autograder.trust.worker.virtual_clock import VirtualClock
 
     seen = {}
 
@@ -150,7 +150,7 @@ def test_another_thread_stays_on_real_time():
 def test_the_simulated_gpu_launches_in_no_time_and_synchronize_moves_the_clock_to_the_end_of_its_work():
     import torch
 
-    from autograder.worker.virtual_clock import VirtualClock
+    from autograder.trust.worker.virtual_clock import VirtualClock
     from coursekit.simulated_gpu import SimulatedGPU
 
     gpu = SimulatedGPU([0.05, 0.09, 0.03])  # built before the call, as the grader builds it

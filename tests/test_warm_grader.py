@@ -19,9 +19,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.feedback import feedback_for
+from autograder.feedback.reports import feedback_for
 from autograder.paths import solution_notebook
-from autograder.submission import nbgrader_meta
+from autograder.trust.submission import nbgrader_meta
 from coursekit import feedback
 
 pytestmark = [pytest.mark.xdist_group("unprivileged")]

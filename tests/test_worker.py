@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 import torch
 
-from autograder import sandbox
 from autograder.paths import ROOT
-from autograder.student import Handle, Student
+from autograder.trust import sandbox
+from autograder.trust.student import Handle, Student
+from autograder.trust.worker import channel
 from autograder.units import UNITS
-from autograder.worker import channel
 
 needs_sandbox = pytest.mark.skipif(not sandbox.bwrap_works(),
                                    reason="bubblewrap cannot make a sandbox on this machine (no user namespaces?)")
@@ -92,7 +92,7 @@ ROOT = {str(ROOT)!r}
 def look():
     seen = sorted(os.listdir(ROOT))
     readable = []
-    for path in ("autograder/core.py", "solutions", "autograder/tests"):
+    for path in ("autograder/engine/grade.py", "solutions", "autograder/tests"):
         try:
             open(os.path.join(ROOT, path)).read()
             readable.append(path)
@@ -131,7 +131,7 @@ def test_the_sandbox_imports_the_course_package_of_the_folder_it_grades_from(tmp
     for name in ("autograder", "coursekit"):
         shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
     answer = "import coursekit.gpt\\ndef where():\\n    return coursekit.gpt.__file__\\n"
-    script = ("from autograder.student import Student\n"
+    script = ("from autograder.trust.student import Student\n"
               f"s = Student([('answer', '{answer}')])\n"
               "s.start()\n"
               "print(repr((s.call('where').value, s.notes)))\n"
@@ -145,7 +145,7 @@ def test_the_sandbox_imports_the_course_package_of_the_folder_it_grades_from(tmp
 
 def test_without_the_sandbox_grading_still_runs_and_says_so_loudly(monkeypatch, capsys):
     monkeypatch.setattr(sandbox, "sandbox_problem", lambda: "bubblewrap disabled for this test")
-    monkeypatch.setattr("autograder.student.sandbox_problem", sandbox.sandbox_problem)
+    monkeypatch.setattr("autograder.trust.student.sandbox_problem", sandbox.sandbox_problem)
     monkeypatch.setattr(sandbox, "_warned", False)
     with worker("def double(x):\n    return 2 * x\n") as student:
         assert not student.process.sandboxed
@@ -415,8 +415,8 @@ def test_a_check_whose_worker_stalls_past_the_idle_limit_is_run_again_in_a_fresh
     """A timeout costs points only when the check also times out in a fresh worker."""
     import threading
 
-    from autograder import student as student_module
-    from autograder.core import grade_part
+    from autograder.engine.grade import grade_part
+    from autograder.trust import student as student_module
 
     monkeypatch.setattr(student_module, "IDLE_SECONDS", 2.0, raising=False)
     spec = UNITS["01_attention"]
@@ -460,8 +460,8 @@ def test_a_callback_cannot_make_the_grader_allocate_gigabytes(tmp_path):
     script.write_text(f"""
 import resource, sys
 sys.path.insert(0, {str(ROOT)!r})
-from autograder.reference import load_reference
-from autograder.student import Student
+from autograder.engine.reference import load_reference
+from autograder.trust.student import Student
 ref = load_reference("02_masking")
 student = Student([("answer", "def attend(n):\\n    return int(causal_mask(n).sum())\\n")])
 student.start()

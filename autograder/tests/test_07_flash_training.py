@@ -4,7 +4,7 @@ The checks, their inputs and points, and the misconception catalogue are in
 `autograder/units/flash_training.py`; the reference is the solution notebook.
 """
 
-from autograder.plugin import check_cases, grade
+from autograder.grading.plugin import check_cases, grade
 from autograder.units.flash_training import UNIT
 
 

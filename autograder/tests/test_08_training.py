@@ -5,7 +5,7 @@ The checks, their inputs and points, and the misconception catalogue are in
 (the training recipe); the reference is the solution notebook.
 """
 
-from autograder.plugin import check_cases, grade
+from autograder.grading.plugin import check_cases, grade
 from autograder.units.training import UNIT
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compare import Tolerance, compare_arrays, compare_masked_zero, compare_rows_sum_to_one, describe
-from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
+from ..engine.compare import Tolerance, compare_arrays, compare_masked_zero, compare_rows_sum_to_one, describe
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
 
 # Stability checks push scores to ~1e4, where float32 arithmetic alone is off by ~1e-3.
 LOOSE = Tolerance(rtol=1e-2, atol=1e-3)
@@ -26,6 +26,76 @@ def random_mask(rng, n_q, n_k):
     mask = rng.random((n_q, n_k)) < 0.6
     mask[np.arange(n_q), rng.integers(0, n_k, n_q)] = True
     return mask
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded() -> Unit:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    parts = (
+        Part(
+            "softmax",
+            checks=(
+                Check("random_2d", "softmax of a random (4, 7) array", 1, softmax_inputs((4, 7))),
+                Check("axis_argument", "softmax along axis=1 of a (3, 4, 5) array", 1,
+                      softmax_inputs((3, 4, 5), axis=1)),
+                Check("large_inputs", "inputs near +1e4 and -1e4, and a row spread over thousands "
+                      "(numerical stability)", 1,
+                      large_softmax_inputs, tol=LOOSE),
+                Check("inputs_unchanged", "the input array is not modified", 1,
+                      softmax_inputs((3, 5)), kind="unchanged"),
+            ),
+        ),
+        Part(
+            "scaled_dot_product_attention",
+            diagnose=diagnose_attention,
+            uses=("softmax",),
+            checks=(
+                Check("unbatched", "Q (3, 4), K (5, 4), V (5, 6) with no batch axes", 1,
+                      attention_inputs((), 3, 5, 4, 6)),
+                Check("batched", "Q (2, 3, 5, 4), K (2, 3, 7, 4), V (2, 3, 7, 6)", 1,
+                      attention_inputs((2, 3), 5, 7, 4, 6)),
+                Check("random_mask", "a random (5, 6) boolean mask broadcast over a batch of 2", 1,
+                      attention_inputs((2,), 5, 6, 8, 3, mask="random")),
+                Check("causal_mask", "a causal (6, 6) mask on inputs of shape (2, 2, 6, 8)", 1,
+                      attention_inputs((2, 2), 6, 6, 8, 8, mask="causal")),
+                Check("per_batch_mask", "a (3, 1, 4, 5) mask, different for each batch item", 1,
+                      attention_inputs((3, 2), 4, 5, 6, 4, mask="per_batch")),
+                Check("large_scores", "scores of size ~1e4 (numerical stability)", 1,
+                      attention_inputs((2,), 4, 6, 16, 5, scale=100.0), tol=LOOSE),
+                Check("inputs_unchanged", "Q, K, V and the mask are not modified", 1,
+                      attention_inputs((2,), 4, 5, 3, 2, mask="random"), kind="unchanged"),
+            ),
+        ),
+        Part(
+            "self_attention",
+            diagnose=diagnose_self_attention,
+            uses=("softmax", "scaled_dot_product_attention"),
+            checks=(
+                Check("unbatched", "x (6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,
+                      self_attention_inputs((), 6, 8, 4, 5)),
+                Check("batched", "x (2, 3, 6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,
+                      self_attention_inputs((2, 3), 6, 8, 4, 5)),
+                Check("causal_mask", "a causal mask on x (2, 6, 8)", 1,
+                      self_attention_inputs((2,), 6, 8, 4, 3, causal=True)),
+                Check("inputs_unchanged", "x and the weights are not modified", 1,
+                      self_attention_inputs((2,), 5, 6, 3, 4, causal=True), kind="unchanged"),
+            ),
+        ),
+    )
+
+    return Unit(
+        "01_attention",
+        cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
+        reference_cpu_seconds=0.1,  # 0.03 s measured (spec.Unit.reference_cpu_seconds)
+        notebook_cpu_seconds=1.5,  # 1.26 s measured (spec.Unit.notebook_cpu_seconds)
+        parts=parts,
+        misconceptions=MISCONCEPTIONS,
+        sample_bug=SampleBug("scaled_dot_product_attention", "/ np.sqrt(d_k)", "/ d_k", "scale_by_dk"),
+    )
 
 
 # ---------------------------------------------------------------- comparing results
@@ -528,66 +598,4 @@ MISCONCEPTIONS = (
 )
 
 
-# ---------------------------------------------------------------- the graded parts
-
-PARTS = (
-    Part(
-        "softmax",
-        checks=(
-            Check("random_2d", "softmax of a random (4, 7) array", 1, softmax_inputs((4, 7))),
-            Check("axis_argument", "softmax along axis=1 of a (3, 4, 5) array", 1,
-                  softmax_inputs((3, 4, 5), axis=1)),
-            Check("large_inputs", "inputs near +1e4 and -1e4, and a row spread over thousands "
-                  "(numerical stability)", 1,
-                  large_softmax_inputs, tol=LOOSE),
-            Check("inputs_unchanged", "the input array is not modified", 1,
-                  softmax_inputs((3, 5)), kind="unchanged"),
-        ),
-    ),
-    Part(
-        "scaled_dot_product_attention",
-        diagnose=diagnose_attention,
-        uses=("softmax",),
-        checks=(
-            Check("unbatched", "Q (3, 4), K (5, 4), V (5, 6) with no batch axes", 1,
-                  attention_inputs((), 3, 5, 4, 6)),
-            Check("batched", "Q (2, 3, 5, 4), K (2, 3, 7, 4), V (2, 3, 7, 6)", 1,
-                  attention_inputs((2, 3), 5, 7, 4, 6)),
-            Check("random_mask", "a random (5, 6) boolean mask broadcast over a batch of 2", 1,
-                  attention_inputs((2,), 5, 6, 8, 3, mask="random")),
-            Check("causal_mask", "a causal (6, 6) mask on inputs of shape (2, 2, 6, 8)", 1,
-                  attention_inputs((2, 2), 6, 6, 8, 8, mask="causal")),
-            Check("per_batch_mask", "a (3, 1, 4, 5) mask, different for each batch item", 1,
-                  attention_inputs((3, 2), 4, 5, 6, 4, mask="per_batch")),
-            Check("large_scores", "scores of size ~1e4 (numerical stability)", 1,
-                  attention_inputs((2,), 4, 6, 16, 5, scale=100.0), tol=LOOSE),
-            Check("inputs_unchanged", "Q, K, V and the mask are not modified", 1,
-                  attention_inputs((2,), 4, 5, 3, 2, mask="random"), kind="unchanged"),
-        ),
-    ),
-    Part(
-        "self_attention",
-        diagnose=diagnose_self_attention,
-        uses=("softmax", "scaled_dot_product_attention"),
-        checks=(
-            Check("unbatched", "x (6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,
-                  self_attention_inputs((), 6, 8, 4, 5)),
-            Check("batched", "x (2, 3, 6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,
-                  self_attention_inputs((2, 3), 6, 8, 4, 5)),
-            Check("causal_mask", "a causal mask on x (2, 6, 8)", 1,
-                  self_attention_inputs((2,), 6, 8, 4, 3, causal=True)),
-            Check("inputs_unchanged", "x and the weights are not modified", 1,
-                  self_attention_inputs((2,), 5, 6, 3, 4, causal=True), kind="unchanged"),
-        ),
-    ),
-)
-
-UNIT = Unit(
-    "01_attention",
-    cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
-    reference_cpu_seconds=0.1,  # 0.03 s measured (core.Unit.reference_cpu_seconds)
-    notebook_cpu_seconds=1.5,  # 1.26 s measured (core.Unit.notebook_cpu_seconds)
-    parts=PARTS,
-    misconceptions=MISCONCEPTIONS,
-    sample_bug=SampleBug("scaled_dot_product_attention", "/ np.sqrt(d_k)", "/ d_k", "scale_by_dk"),
-)
+UNIT = graded()

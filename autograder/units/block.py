@@ -6,7 +6,7 @@ independent oracle: `F.layer_norm`, `F.rms_norm`, `F.gelu(approximate="none")`,
 `nn.MultiheadAttention` and `nn.TransformerEncoderLayer` (pre-norm, GELU, no dropout, causal)
 carrying the same weights as the student's module.
 
-The classes are checked through probes (`core.Check.probe`): build the student's module in
+The classes are checked through probes (`spec.Check.probe`): build the student's module in
 the worker, load weights drawn here, run it, read its outputs, parameter names and
 gradients. The same probe runs on the reference and on each wrong variant below; the
 variants of a class are subclasses of the reference's with one mistake, written against
@@ -27,10 +27,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..compare import Tolerance, compare_arrays, describe
-from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
-from ..reference import load_reference
-from ..weights import random_state as shared_random_state
+from ..engine.compare import Tolerance, compare_arrays, describe
+from ..engine.reference import load_reference
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
+from ..engine.weights import random_state as shared_random_state
 
 UNIT_NAME = "04_block"
 F32 = Tolerance(rtol=1e-4, atol=1e-5)  # float32 arithmetic in a different order
@@ -43,6 +43,165 @@ def ref():
 
 def tensor(rng, shape, dtype=torch.float32, scale=1.0, shift=0.0):
     return torch.from_numpy(rng.normal(shift, scale, shape)).to(dtype)
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded() -> Unit:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    parts = (
+        Part(
+            "layer_norm",
+            diagnose=diagnose,
+            forbid=NORM_FORBID,
+            checks=(
+                Check("rows", "x (4, 6) with random weight and bias", 1, norm_inputs((4, 6)), tol=F32,
+                      oracle=layer_norm_oracle),
+                Check("batched_float64", "x (2, 5, 12) in float64", 1, norm_inputs((2, 5, 12), torch.float64), tol=F64,
+                      oracle=layer_norm_oracle),
+                Check("tiny_variance", "rows whose variance (1e-8) is far below eps", 1, tiny_variance_inputs(),
+                      tol=F64, oracle=layer_norm_oracle),
+                Check("custom_eps", "d_model 10 (not a power of two) with eps=0.1", 1,
+                      norm_inputs((3, 7, 10), eps=0.1), tol=F32, oracle=layer_norm_oracle),
+                Check("gradient", "gradients of x, weight and bias", 1, with_upstream(norm_inputs((3, 6),
+                      torch.float64)),
+                      tol=F64, probe=grad_probe("layer_norm")),
+                _unchanged(norm_inputs((2, 5))),
+            ),
+        ),
+        Part(
+            "rms_norm",
+            diagnose=diagnose,
+            forbid=RMS_FORBID,
+            checks=(
+                Check("rows", "x (4, 6) with a random weight", 1, rms_inputs((4, 6)), tol=F32, oracle=rms_norm_oracle),
+                Check("batched_float64", "x (2, 5, 12) in float64", 1, rms_inputs((2, 5, 12), torch.float64), tol=F64,
+                      oracle=rms_norm_oracle),
+                Check("tiny_values", "rows of size 1e-4, where eps matters", 1, tiny_variance_inputs(rms=True), tol=F64,
+                      oracle=rms_norm_oracle),
+                Check("custom_eps", "d_model 10 with eps=0.01", 1, rms_inputs((3, 7, 10), eps=0.01), tol=F32,
+                      oracle=rms_norm_oracle),
+                Check("gradient", "gradients of x and weight", 1, with_upstream(rms_inputs((3, 6), torch.float64)),
+                      tol=F64, probe=grad_probe("rms_norm")),
+            ),
+        ),
+        Part(
+            "gelu",
+            diagnose=diagnose,
+            forbid=GELU_FORBID,
+            checks=(
+                Check("grid", "x from -6 to 6 in steps of 0.1", 1, gelu_inputs(grid=True), tol=Tolerance(1e-5, 1e-6),
+                      oracle=gelu_oracle),
+                Check("large", "x up to +-80 (no overflow, no NaN)", 1, gelu_inputs(large=True), tol=F32,
+                      oracle=gelu_oracle),
+                Check("batched_float64", "x (2, 3, 5) in float64", 1, gelu_inputs((2, 3, 5), torch.float64), tol=F64,
+                      oracle=gelu_oracle),
+                Check("gradient", "the gradient of x", 1, with_upstream(gelu_inputs((3, 7), torch.float64)), tol=F64,
+                      probe=grad_probe("gelu")),
+                _unchanged(gelu_inputs((3, 4))),
+            ),
+        ),
+        Part(
+            "MultiHeadAttention",
+            kind="class",
+            diagnose=diagnose,
+            forbid=ATTENTION_FORBID,
+            # coursekit.blocks (the course's block for units 05+) stays in the sandbox, where the
+            # stand-ins above come from: an answer that imports it earns nothing here.
+            not_imported=("coursekit.blocks",),
+            checks=(
+                Check("attributes", "MultiHeadAttention(12, 3): n_heads and the parameters' names and shapes", 1,
+                      module_inputs("MultiHeadAttention", (12, 3), (1, 4, 12)),
+                      probe=structure_probe("MultiHeadAttention", ("n_heads",))),
+                Check("forward", "d_model 8, 2 heads, x (1, 5, 8)", 1,
+                      module_inputs("MultiHeadAttention", (8, 2), (1, 5, 8)), tol=F32,
+                      probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
+                Check("batched", "d_model 12 (not a power of two), 3 heads, x (3, 7, 12)", 1,
+                      module_inputs("MultiHeadAttention", (12, 3), (3, 7, 12)), tol=F32,
+                      probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
+                Check("single_token", "a single position: x (2, 1, 8)", 1,
+                      module_inputs("MultiHeadAttention", (8, 4), (2, 1, 8)), tol=F32,
+                      probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
+                Check("float64", "the module in float64 (.double()), x (2, 6, 8)", 1,
+                      module_inputs("MultiHeadAttention", (8, 2), (2, 6, 8), torch.float64), tol=F64,
+                      probe=forward_probe("MultiHeadAttention", torch.float64)),
+                Check("causal", "outputs before position 4 do not change when positions 4-7 do", 1,
+                      module_inputs("MultiHeadAttention", (8, 2), (2, 8, 8)), tol=F32,
+                      probe=causality_probe("MultiHeadAttention")),
+                Check("gradient", "gradients of the input and every parameter", 1,
+                      module_inputs("MultiHeadAttention", (8, 2), (2, 5, 8)), tol=Tolerance(1e-4, 1e-5),
+                      probe=gradient_probe("MultiHeadAttention")),
+            ),
+        ),
+        Part(
+            "FeedForward",
+            kind="class",
+            diagnose=diagnose,
+            library_stubs=GELU_STUB,
+            not_imported=("coursekit.blocks",),
+            checks=(
+                Check("attributes_default_width", "FeedForward(12): fc1 and fc2, d_ff defaulting to 48", 1,
+                      module_inputs("FeedForward", (12,), (1, 3, 12)), probe=structure_probe("FeedForward")),
+                Check("attributes_given_width", "FeedForward(8, 20): fc1 (8 -> 20) and fc2 (20 -> 8)", 1,
+                      module_inputs("FeedForward", (8, 20), (1, 3, 8)), probe=structure_probe("FeedForward")),
+                Check("forward", "FeedForward(8, 20) on x (2, 5, 8)", 1,
+                      module_inputs("FeedForward", (8, 20), (2, 5, 8), scale=2.0), tol=F32,
+                      probe=forward_probe("FeedForward")),
+                Check("float64", "in float64 on x (1, 1, 6)", 1,
+                      module_inputs("FeedForward", (6,), (1, 1, 6), torch.float64, scale=2.0), tol=F64,
+                      probe=forward_probe("FeedForward", torch.float64)),
+                Check("gradient", "gradients of the input, fc1 and fc2", 1,
+                      module_inputs("FeedForward", (6, 10), (2, 3, 6)), tol=Tolerance(1e-4, 1e-5),
+                      probe=gradient_probe("FeedForward")),
+            ),
+        ),
+        Part(
+            "TransformerBlock",
+            kind="class",
+            diagnose=diagnose,
+            library_stubs=BLOCK_STUBS,
+            not_imported=("coursekit.blocks",),
+            checks=(
+                Check("attributes", "TransformerBlock(12, 3): ln1, attn, ln2, ffn and their parameters", 1,
+                      module_inputs("TransformerBlock", (12, 3), (1, 4, 12)),
+                                    probe=structure_probe("TransformerBlock")),
+                Check("forward", "d_model 8, 2 heads, d_ff 16, x (2, 5, 8)", 1,
+                      module_inputs("TransformerBlock", (8, 2, 16), (2, 5, 8)), tol=F32,
+                      probe=forward_probe("TransformerBlock")),
+                Check("torch_encoder_layer", "against nn.TransformerEncoderLayer (pre-norm, GELU, causal), "
+                      "d_model 12, 3 heads, x (2, 7, 12)", 1,
+                      module_inputs("TransformerBlock", (12, 3), (2, 7, 12)), tol=F32,
+                      probe=forward_probe("TransformerBlock"), oracle=block_oracle),
+                Check("single_token", "a single position: x (3, 1, 8)", 1,
+                      module_inputs("TransformerBlock", (8, 2), (3, 1, 8)), tol=F32,
+                      probe=forward_probe("TransformerBlock")),
+                Check("float64", "the block in float64, x (1, 6, 8)", 1,
+                      module_inputs("TransformerBlock", (8, 4), (1, 6, 8), torch.float64), tol=F64,
+                      probe=forward_probe("TransformerBlock", torch.float64)),
+                Check("gradient", "gradients of the input and every parameter", 1,
+                      module_inputs("TransformerBlock", (8, 2, 16), (2, 4, 8)), tol=Tolerance(1e-4, 1e-5),
+                      probe=gradient_probe("TransformerBlock")),
+                Check("eval_deterministic", "two calls in eval() mode give the same output", 1,
+                      module_inputs("TransformerBlock", (8, 2), (1, 5, 8)), tol=Tolerance(0.0, 0.0),
+                      probe=determinism_probe("TransformerBlock")),
+            ),
+        ),
+    )
+
+    return Unit(
+        UNIT_NAME,
+        # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
+        # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
+        cell_seconds=15,
+        reference_cpu_seconds=2.5,  # 2.33 s measured (spec.Unit.reference_cpu_seconds)
+        notebook_cpu_seconds=4,  # 3.72 s measured (spec.Unit.notebook_cpu_seconds)
+        parts=parts,
+        misconceptions=MISCONCEPTIONS,
+        sample_bug=SampleBug("gelu", "math.sqrt(2", "(1", "gelu_erf_unscaled"),
+    )
 
 
 # ---------------------------------------------------------------- comparing results
@@ -996,7 +1155,7 @@ MISCONCEPTIONS = (
 )
 
 
-# ---------------------------------------------------------------- the graded parts
+# ---------------------------------------------------------------- what the graded parts use
 
 NORM_FORBID = ("torch.nn.functional.layer_norm", "torch.nn.LayerNorm", "torch.layer_norm")
 RMS_FORBID = ("torch.nn.functional.rms_norm", "torch.nn.RMSNorm", "torch.rms_norm")
@@ -1019,151 +1178,4 @@ def _unchanged(make):
     return Check("inputs_unchanged", "the input tensors are not modified", 1, make, kind="unchanged")
 
 
-PARTS = (
-    Part(
-        "layer_norm",
-        diagnose=diagnose,
-        forbid=NORM_FORBID,
-        checks=(
-            Check("rows", "x (4, 6) with random weight and bias", 1, norm_inputs((4, 6)), tol=F32,
-                  oracle=layer_norm_oracle),
-            Check("batched_float64", "x (2, 5, 12) in float64", 1, norm_inputs((2, 5, 12), torch.float64), tol=F64,
-                  oracle=layer_norm_oracle),
-            Check("tiny_variance", "rows whose variance (1e-8) is far below eps", 1, tiny_variance_inputs(),
-                  tol=F64, oracle=layer_norm_oracle),
-            Check("custom_eps", "d_model 10 (not a power of two) with eps=0.1", 1,
-                  norm_inputs((3, 7, 10), eps=0.1), tol=F32, oracle=layer_norm_oracle),
-            Check("gradient", "gradients of x, weight and bias", 1, with_upstream(norm_inputs((3, 6), torch.float64)),
-                  tol=F64, probe=grad_probe("layer_norm")),
-            _unchanged(norm_inputs((2, 5))),
-        ),
-    ),
-    Part(
-        "rms_norm",
-        diagnose=diagnose,
-        forbid=RMS_FORBID,
-        checks=(
-            Check("rows", "x (4, 6) with a random weight", 1, rms_inputs((4, 6)), tol=F32, oracle=rms_norm_oracle),
-            Check("batched_float64", "x (2, 5, 12) in float64", 1, rms_inputs((2, 5, 12), torch.float64), tol=F64,
-                  oracle=rms_norm_oracle),
-            Check("tiny_values", "rows of size 1e-4, where eps matters", 1, tiny_variance_inputs(rms=True), tol=F64,
-                  oracle=rms_norm_oracle),
-            Check("custom_eps", "d_model 10 with eps=0.01", 1, rms_inputs((3, 7, 10), eps=0.01), tol=F32,
-                  oracle=rms_norm_oracle),
-            Check("gradient", "gradients of x and weight", 1, with_upstream(rms_inputs((3, 6), torch.float64)),
-                  tol=F64, probe=grad_probe("rms_norm")),
-        ),
-    ),
-    Part(
-        "gelu",
-        diagnose=diagnose,
-        forbid=GELU_FORBID,
-        checks=(
-            Check("grid", "x from -6 to 6 in steps of 0.1", 1, gelu_inputs(grid=True), tol=Tolerance(1e-5, 1e-6),
-                  oracle=gelu_oracle),
-            Check("large", "x up to +-80 (no overflow, no NaN)", 1, gelu_inputs(large=True), tol=F32,
-                  oracle=gelu_oracle),
-            Check("batched_float64", "x (2, 3, 5) in float64", 1, gelu_inputs((2, 3, 5), torch.float64), tol=F64,
-                  oracle=gelu_oracle),
-            Check("gradient", "the gradient of x", 1, with_upstream(gelu_inputs((3, 7), torch.float64)), tol=F64,
-                  probe=grad_probe("gelu")),
-            _unchanged(gelu_inputs((3, 4))),
-        ),
-    ),
-    Part(
-        "MultiHeadAttention",
-        kind="class",
-        diagnose=diagnose,
-        forbid=ATTENTION_FORBID,
-        # coursekit.blocks (the course's block for units 05+) stays in the sandbox, where the
-        # stand-ins above come from: an answer that imports it earns nothing here.
-        not_imported=("coursekit.blocks",),
-        checks=(
-            Check("attributes", "MultiHeadAttention(12, 3): n_heads and the parameters' names and shapes", 1,
-                  module_inputs("MultiHeadAttention", (12, 3), (1, 4, 12)),
-                  probe=structure_probe("MultiHeadAttention", ("n_heads",))),
-            Check("forward", "d_model 8, 2 heads, x (1, 5, 8)", 1,
-                  module_inputs("MultiHeadAttention", (8, 2), (1, 5, 8)), tol=F32,
-                  probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
-            Check("batched", "d_model 12 (not a power of two), 3 heads, x (3, 7, 12)", 1,
-                  module_inputs("MultiHeadAttention", (12, 3), (3, 7, 12)), tol=F32,
-                  probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
-            Check("single_token", "a single position: x (2, 1, 8)", 1,
-                  module_inputs("MultiHeadAttention", (8, 4), (2, 1, 8)), tol=F32,
-                  probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
-            Check("float64", "the module in float64 (.double()), x (2, 6, 8)", 1,
-                  module_inputs("MultiHeadAttention", (8, 2), (2, 6, 8), torch.float64), tol=F64,
-                  probe=forward_probe("MultiHeadAttention", torch.float64)),
-            Check("causal", "outputs before position 4 do not change when positions 4-7 do", 1,
-                  module_inputs("MultiHeadAttention", (8, 2), (2, 8, 8)), tol=F32,
-                  probe=causality_probe("MultiHeadAttention")),
-            Check("gradient", "gradients of the input and every parameter", 1,
-                  module_inputs("MultiHeadAttention", (8, 2), (2, 5, 8)), tol=Tolerance(1e-4, 1e-5),
-                  probe=gradient_probe("MultiHeadAttention")),
-        ),
-    ),
-    Part(
-        "FeedForward",
-        kind="class",
-        diagnose=diagnose,
-        library_stubs=GELU_STUB,
-        not_imported=("coursekit.blocks",),
-        checks=(
-            Check("attributes_default_width", "FeedForward(12): fc1 and fc2, d_ff defaulting to 48", 1,
-                  module_inputs("FeedForward", (12,), (1, 3, 12)), probe=structure_probe("FeedForward")),
-            Check("attributes_given_width", "FeedForward(8, 20): fc1 (8 -> 20) and fc2 (20 -> 8)", 1,
-                  module_inputs("FeedForward", (8, 20), (1, 3, 8)), probe=structure_probe("FeedForward")),
-            Check("forward", "FeedForward(8, 20) on x (2, 5, 8)", 1,
-                  module_inputs("FeedForward", (8, 20), (2, 5, 8), scale=2.0), tol=F32,
-                  probe=forward_probe("FeedForward")),
-            Check("float64", "in float64 on x (1, 1, 6)", 1,
-                  module_inputs("FeedForward", (6,), (1, 1, 6), torch.float64, scale=2.0), tol=F64,
-                  probe=forward_probe("FeedForward", torch.float64)),
-            Check("gradient", "gradients of the input, fc1 and fc2", 1,
-                  module_inputs("FeedForward", (6, 10), (2, 3, 6)), tol=Tolerance(1e-4, 1e-5),
-                  probe=gradient_probe("FeedForward")),
-        ),
-    ),
-    Part(
-        "TransformerBlock",
-        kind="class",
-        diagnose=diagnose,
-        library_stubs=BLOCK_STUBS,
-        not_imported=("coursekit.blocks",),
-        checks=(
-            Check("attributes", "TransformerBlock(12, 3): ln1, attn, ln2, ffn and their parameters", 1,
-                  module_inputs("TransformerBlock", (12, 3), (1, 4, 12)), probe=structure_probe("TransformerBlock")),
-            Check("forward", "d_model 8, 2 heads, d_ff 16, x (2, 5, 8)", 1,
-                  module_inputs("TransformerBlock", (8, 2, 16), (2, 5, 8)), tol=F32,
-                  probe=forward_probe("TransformerBlock")),
-            Check("torch_encoder_layer", "against nn.TransformerEncoderLayer (pre-norm, GELU, causal), "
-                  "d_model 12, 3 heads, x (2, 7, 12)", 1,
-                  module_inputs("TransformerBlock", (12, 3), (2, 7, 12)), tol=F32,
-                  probe=forward_probe("TransformerBlock"), oracle=block_oracle),
-            Check("single_token", "a single position: x (3, 1, 8)", 1,
-                  module_inputs("TransformerBlock", (8, 2), (3, 1, 8)), tol=F32,
-                  probe=forward_probe("TransformerBlock")),
-            Check("float64", "the block in float64, x (1, 6, 8)", 1,
-                  module_inputs("TransformerBlock", (8, 4), (1, 6, 8), torch.float64), tol=F64,
-                  probe=forward_probe("TransformerBlock", torch.float64)),
-            Check("gradient", "gradients of the input and every parameter", 1,
-                  module_inputs("TransformerBlock", (8, 2, 16), (2, 4, 8)), tol=Tolerance(1e-4, 1e-5),
-                  probe=gradient_probe("TransformerBlock")),
-            Check("eval_deterministic", "two calls in eval() mode give the same output", 1,
-                  module_inputs("TransformerBlock", (8, 2), (1, 5, 8)), tol=Tolerance(0.0, 0.0),
-                  probe=determinism_probe("TransformerBlock")),
-        ),
-    ),
-)
-
-UNIT = Unit(
-    UNIT_NAME,
-    # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
-    # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
-    cell_seconds=15,
-    reference_cpu_seconds=2.5,  # 2.33 s measured (core.Unit.reference_cpu_seconds)
-    notebook_cpu_seconds=4,  # 3.72 s measured (core.Unit.notebook_cpu_seconds)
-    parts=PARTS,
-    misconceptions=MISCONCEPTIONS,
-    sample_bug=SampleBug("gelu", "math.sqrt(2", "(1", "gelu_erf_unscaled"),
-)
+UNIT = graded()

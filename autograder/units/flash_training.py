@@ -15,7 +15,7 @@ attention results are also checked against an oracle written here in float64.
   `coursekit.simulated_gpu.SimulatedGPU`, built where the timer runs, whose calls only queue work
   that `torch.cuda.synchronize` waits for, with an argument that says it is on a CUDA device: a
   timer that does not synchronise measures nothing. The timer runs on a clock the grader controls
-  (`autograder/worker/virtual_clock.py`): the clocks it reads stand still but for what the
+  (`autograder/trust/worker/virtual_clock.py`): the clocks it reads stand still but for what the
   grader's function says each call took (the grader keeps the function and counts its calls) and
   for the simulated GPU's waits, so its answer is exact, however busy the machine, and so are the
   catalogued variants' (run here on the same clock). It is compared exactly, to float rounding.
@@ -42,13 +42,13 @@ import weakref
 import numpy as np
 import torch
 
-from ..compare import Tolerance, compare_arrays, describe
-from ..core import (
+from ..engine.compare import Tolerance, compare_arrays, describe
+from ..engine.probes import ProbeFailed
+from ..engine.spec import (
     Check,
     Inputs,
     Misconception,
     Part,
-    ProbeFailed,
     SampleBug,
     Unit,
     diagnose_facet,
@@ -56,8 +56,8 @@ from ..core import (
     facet,
     facet_oracle,
 )
-from ..sandbox import quiet
-from ..worker.virtual_clock import Took
+from ..trust.sandbox import quiet
+from ..trust.worker.virtual_clock import Took
 
 UNIT_NAME = "07_flash_training"
 MODEL = "coursekit.gpt.GPT"
@@ -65,6 +65,105 @@ F32 = Tolerance(rtol=1e-4, atol=2e-5)
 F64 = Tolerance(rtol=1e-9, atol=1e-10)
 FORBID = ("torch.nn.functional.scaled_dot_product_attention", "torch.nn.MultiheadAttention")
 TINY = dict(vocab_size=256, context_length=32, d_model=32, n_layers=2, n_heads=2, d_ff=None, tie_weights=True)
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded() -> Unit:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    NAIVE_CHECKS = (
+        Check("causal", "causal, (2, 3, 7, 8) float32", 1, qkv_inputs((2, 3, 7, 8)), tol=F32, oracle=attention_oracle),
+        Check("not_causal", "causal=False, (1, 2, 5, 4)", 1, qkv_inputs((1, 2, 5, 4), causal=False), tol=F32,
+              oracle=attention_oracle),
+        Check("float64", "causal, float64 (1, 1, 9, 16)", 1, qkv_inputs((1, 1, 9, 16), torch.float64), tol=F64,
+              oracle=attention_oracle),
+        Check("one_position", "T = 1", 0.5, qkv_inputs((2, 2, 1, 8)), tol=F32, oracle=attention_oracle),
+        Check("inputs_unchanged", "q, k and v are not modified", 0.5, qkv_inputs((1, 2, 4, 4)), kind="unchanged"),
+    )
+
+    FLASH_CHECKS = (
+        Check("ragged_16", "T = 100, block_size 16 (a partial last block), causal", 1,
+              qkv_inputs((1, 2, 100, 8), block_size=16), tol=F32, oracle=attention_oracle),
+        Check("ragged_64", "T = 150, block_size 64, causal", 1, qkv_inputs((2, 2, 150, 16), block_size=64), tol=F32,
+              oracle=attention_oracle),
+        Check("not_causal", "T = 70, block_size 16, causal=False", 1,
+              qkv_inputs((1, 3, 70, 8), causal=False, block_size=16), tol=F32, oracle=attention_oracle),
+        Check("block_128", "T = 300, block_size 128, causal", 1, qkv_inputs((1, 2, 300, 32), block_size=128), tol=F32,
+              oracle=attention_oracle),
+        Check("float64", "float64, T = 45, block_size 16, causal", 1,
+              qkv_inputs((1, 2, 45, 8), torch.float64, block_size=16), tol=F64, oracle=attention_oracle),
+        Check("one_position", "T = 1", 0.5, qkv_inputs((2, 2, 1, 8), block_size=16), tol=F32, oracle=attention_oracle),
+        Check("large_scores",
+              "scores of several hundred (inputs scaled by 30): the running maximum keeps exp finite", 1,
+              lambda rng: Inputs(tuple(torch.from_numpy(rng.normal(size=(1, 1, 40, 8)) * s).float() for s in (30, 30,
+                                 1)),
+                                 {"block_size": 16}), tol=Tolerance(1e-3, 1e-4), oracle=attention_oracle),
+        Check("block_invariance", "block sizes 16 and 128 give the same result (T = 200)", 1,
+              qkv_inputs((1, 2, 200, 8)), probe=invariance_probe),
+        Check("tiles_only", "T = 8192, block_size 256: the most memory the call adds at once, measured from outside "
+              "your process, fits tiles and tensors shaped like the inputs (no (T, T) scores or mask, no query block "
+              "against all keys)", 2,
+              qkv_inputs((1, 1, 8192, 4), block_size=256), probe=structure_probe, oracle=structure_oracle),
+        Check("inputs_unchanged", "q, k and v are not modified", 0.5, qkv_inputs((1, 2, 40, 8), block_size=16),
+              kind="unchanged"),
+    )
+
+    TIME_CHECKS = (
+        Check("median", "fn takes 40, 120, 80, 400, 100 ms after three warm-up calls of 300 ms: the median is 100 ms",
+              2, time_inputs(WARMUP, TIMED), probe=time_probe, oracle=time_oracle),
+        Check("passes_args", "the extra arguments are passed on to fn", 1,
+              time_inputs([0.05], [0.03, 0.09, 0.06], positional=True), probe=time_probe, oracle=time_oracle),
+        # The first timed call is the longest: a timer that synchronises after each call but not
+        # after the warm-up adds the warm-up's queued work to that call, and the median absorbs it.
+        Check("synchronises", "fn(x) with x on a (simulated) GPU only queues work (90, 30, 60 ms after a warm-up "
+              "call of 50 ms) and returns at once: the median is 60 ms when the timer waits for the GPU", 1,
+              time_inputs([0.05], [0.09, 0.03, 0.06], gpu=True), probe=time_probe, oracle=time_oracle),
+        Check("even_repeats", "4 timed calls of 20, 140, 60, 100 ms: either middle value (60 or 100 ms) is accepted, "
+              "as is their mean", 1, time_inputs([0.1, 0.1], [0.02, 0.14, 0.06, 0.10]), probe=time_probe,
+              oracle=time_oracle),
+    )
+
+    # Every facet is measured by the grader on the trained weights (and compared with the list
+    # train returns): a small GPT, trained on the CPU from a start the grader chose.
+    TRAIN_CHECKS = tuple(
+        Check(name, what, points, train_inputs(steps, seed), probe=train_probe(name), oracle=facet_oracle)
+        for name, what, points, steps, seed in (
+            ("losses", "returns one finite float per step (40 steps), which describe the model trained", 1, 40, 1),
+            ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 1, 40, 1),
+            ("keeps_pace",
+             f"after 100 steps the training loss is within {KEEP_PACE} nats of the reference's from the same "
+             "start (each step follows its own batch's gradient)", 1, 100, 5),
+            ("every_position", "the losses returned for those 100 steps vary from step to step no more than a mean "
+             "over every position of the batch's windows does", 1, 100, 5),
+            ("training_part", "the batches come from the training part (the first 90%): the model does not improve "
+             "more on held-out text than on training text (30 steps)", 1, 30, 4),
+            ("next_byte", "after those 100 steps the model predicts the next byte of held-out text", 1, 100, 5),
+        )
+    )
+
+    parts = (
+        Part("naive_attention", checks=NAIVE_CHECKS, diagnose=diagnose, forbid=FORBID),
+        Part("flash_attention", checks=FLASH_CHECKS, diagnose=diagnose, forbid=FORBID),
+        Part("time_fn", checks=TIME_CHECKS, diagnose=diagnose),
+        # CPU seconds for one call of train (100 steps of a small GPT take the reference about 2 s)
+        Part("train", checks=TRAIN_CHECKS, diagnose=diagnose, seconds=30.0),
+    )
+
+    return Unit(
+        UNIT_NAME,
+        # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
+        # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
+        cell_seconds=15,
+        reference_cpu_seconds=7,  # 6.98 s measured (spec.Unit.reference_cpu_seconds)
+        notebook_cpu_seconds=6,  # 5.14 s measured (spec.Unit.notebook_cpu_seconds)
+        parts=parts,
+        misconceptions=MISCONCEPTIONS,
+        sample_bug=SampleBug("flash_attention", "acc = acc * correction + p @ vj", "acc = acc + p @ vj",
+                             "flash_no_rescale"),
+    )
 
 
 # ---------------------------------------------------------------- attention
@@ -407,7 +506,7 @@ def _measured_reference(fields_items: tuple, steps: int, seed: int) -> dict:
     """The grader's measurements of the model the reference's `train` makes from that start."""
     from coursekit.gpt import GPT
 
-    from ..reference import load_reference
+    from ..engine.reference import load_reference
 
     fields = dict(fields_items)
     model = GPT(types.SimpleNamespace(**fields))
@@ -774,92 +873,4 @@ MISCONCEPTIONS = (
 )
 
 
-# ---------------------------------------------------------------- the graded parts
-
-NAIVE_CHECKS = (
-    Check("causal", "causal, (2, 3, 7, 8) float32", 1, qkv_inputs((2, 3, 7, 8)), tol=F32, oracle=attention_oracle),
-    Check("not_causal", "causal=False, (1, 2, 5, 4)", 1, qkv_inputs((1, 2, 5, 4), causal=False), tol=F32,
-          oracle=attention_oracle),
-    Check("float64", "causal, float64 (1, 1, 9, 16)", 1, qkv_inputs((1, 1, 9, 16), torch.float64), tol=F64,
-          oracle=attention_oracle),
-    Check("one_position", "T = 1", 0.5, qkv_inputs((2, 2, 1, 8)), tol=F32, oracle=attention_oracle),
-    Check("inputs_unchanged", "q, k and v are not modified", 0.5, qkv_inputs((1, 2, 4, 4)), kind="unchanged"),
-)
-
-FLASH_CHECKS = (
-    Check("ragged_16", "T = 100, block_size 16 (a partial last block), causal", 1,
-          qkv_inputs((1, 2, 100, 8), block_size=16), tol=F32, oracle=attention_oracle),
-    Check("ragged_64", "T = 150, block_size 64, causal", 1, qkv_inputs((2, 2, 150, 16), block_size=64), tol=F32,
-          oracle=attention_oracle),
-    Check("not_causal", "T = 70, block_size 16, causal=False", 1,
-          qkv_inputs((1, 3, 70, 8), causal=False, block_size=16), tol=F32, oracle=attention_oracle),
-    Check("block_128", "T = 300, block_size 128, causal", 1, qkv_inputs((1, 2, 300, 32), block_size=128), tol=F32,
-          oracle=attention_oracle),
-    Check("float64", "float64, T = 45, block_size 16, causal", 1,
-          qkv_inputs((1, 2, 45, 8), torch.float64, block_size=16), tol=F64, oracle=attention_oracle),
-    Check("one_position", "T = 1", 0.5, qkv_inputs((2, 2, 1, 8), block_size=16), tol=F32, oracle=attention_oracle),
-    Check("large_scores", "scores of several hundred (inputs scaled by 30): the running maximum keeps exp finite", 1,
-          lambda rng: Inputs(tuple(torch.from_numpy(rng.normal(size=(1, 1, 40, 8)) * s).float() for s in (30, 30, 1)),
-                             {"block_size": 16}), tol=Tolerance(1e-3, 1e-4), oracle=attention_oracle),
-    Check("block_invariance", "block sizes 16 and 128 give the same result (T = 200)", 1,
-          qkv_inputs((1, 2, 200, 8)), probe=invariance_probe),
-    Check("tiles_only", "T = 8192, block_size 256: the most memory the call adds at once, measured from outside "
-          "your process, fits tiles and tensors shaped like the inputs (no (T, T) scores or mask, no query block "
-          "against all keys)", 2,
-          qkv_inputs((1, 1, 8192, 4), block_size=256), probe=structure_probe, oracle=structure_oracle),
-    Check("inputs_unchanged", "q, k and v are not modified", 0.5, qkv_inputs((1, 2, 40, 8), block_size=16),
-          kind="unchanged"),
-)
-
-TIME_CHECKS = (
-    Check("median", "fn takes 40, 120, 80, 400, 100 ms after three warm-up calls of 300 ms: the median is 100 ms",
-          2, time_inputs(WARMUP, TIMED), probe=time_probe, oracle=time_oracle),
-    Check("passes_args", "the extra arguments are passed on to fn", 1,
-          time_inputs([0.05], [0.03, 0.09, 0.06], positional=True), probe=time_probe, oracle=time_oracle),
-    # The first timed call is the longest: a timer that synchronises after each call but not
-    # after the warm-up adds the warm-up's queued work to that call, and the median absorbs it.
-    Check("synchronises", "fn(x) with x on a (simulated) GPU only queues work (90, 30, 60 ms after a warm-up "
-          "call of 50 ms) and returns at once: the median is 60 ms when the timer waits for the GPU", 1,
-          time_inputs([0.05], [0.09, 0.03, 0.06], gpu=True), probe=time_probe, oracle=time_oracle),
-    Check("even_repeats", "4 timed calls of 20, 140, 60, 100 ms: either middle value (60 or 100 ms) is accepted, "
-          "as is their mean", 1, time_inputs([0.1, 0.1], [0.02, 0.14, 0.06, 0.10]), probe=time_probe,
-          oracle=time_oracle),
-)
-
-# Every facet is measured by the grader on the trained weights (and compared with the list
-# train returns): a small GPT, trained on the CPU from a start the grader chose.
-TRAIN_CHECKS = tuple(
-    Check(name, what, points, train_inputs(steps, seed), probe=train_probe(name), oracle=facet_oracle)
-    for name, what, points, steps, seed in (
-        ("losses", "returns one finite float per step (40 steps), which describe the model trained", 1, 40, 1),
-        ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 1, 40, 1),
-        ("keeps_pace", f"after 100 steps the training loss is within {KEEP_PACE} nats of the reference's from the same "
-         "start (each step follows its own batch's gradient)", 1, 100, 5),
-        ("every_position", "the losses returned for those 100 steps vary from step to step no more than a mean "
-         "over every position of the batch's windows does", 1, 100, 5),
-        ("training_part", "the batches come from the training part (the first 90%): the model does not improve "
-         "more on held-out text than on training text (30 steps)", 1, 30, 4),
-        ("next_byte", "after those 100 steps the model predicts the next byte of held-out text", 1, 100, 5),
-    )
-)
-
-PARTS = (
-    Part("naive_attention", checks=NAIVE_CHECKS, diagnose=diagnose, forbid=FORBID),
-    Part("flash_attention", checks=FLASH_CHECKS, diagnose=diagnose, forbid=FORBID),
-    Part("time_fn", checks=TIME_CHECKS, diagnose=diagnose),
-    # CPU seconds for one call of train (100 steps of a small GPT take the reference about 2 s)
-    Part("train", checks=TRAIN_CHECKS, diagnose=diagnose, seconds=30.0),
-)
-
-UNIT = Unit(
-    UNIT_NAME,
-    # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
-    # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
-    cell_seconds=15,
-    reference_cpu_seconds=7,  # 6.98 s measured (core.Unit.reference_cpu_seconds)
-    notebook_cpu_seconds=6,  # 5.14 s measured (core.Unit.notebook_cpu_seconds)
-    parts=PARTS,
-    misconceptions=MISCONCEPTIONS,
-    sample_bug=SampleBug("flash_attention", "acc = acc * correction + p @ vj", "acc = acc + p @ vj",
-                         "flash_no_rescale"),
-)
+UNIT = graded()

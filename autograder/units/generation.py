@@ -27,9 +27,10 @@ import types
 import numpy as np
 import torch
 
-from ..compare import Tolerance, describe
-from ..core import Check, Inputs, Misconception, Part, ProbeFailed, SampleBug, Unit, diagnose_facet, facet, facet_oracle
-from ..weights import random_state
+from ..engine.compare import Tolerance, describe
+from ..engine.probes import ProbeFailed
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit, diagnose_facet, facet, facet_oracle
+from ..engine.weights import random_state
 
 UNIT_NAME = "06_generation"
 MODEL = "coursekit.gpt.GPT"
@@ -39,6 +40,103 @@ DRAWS = 20_000  # per row of logits in a statistical check
 
 SMALL = dict(vocab_size=23, context_length=16, d_model=16, n_layers=2, n_heads=2, d_ff=None, tie_weights=True)
 WIDE = dict(vocab_size=31, context_length=24, d_model=24, n_layers=3, n_heads=4, d_ff=40, tie_weights=False)
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded() -> Unit:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    SAMPLE_CHECKS = (
+        Check("greedy", "temperature 0 on logits (5, 11): the argmax of each row", 1,
+              logits_inputs((5, 11), temperature=0), tol=Tolerance(0, 0)),
+        Check("greedy_float64", "temperature 0, float64 logits (1, 7)", 0.5, logits_inputs((1, 7), torch.float64,
+                                                                                             temperature=0)),
+        Check("top_k_one", "top_k=1 at temperature 1.3: greedy whatever the draw", 1,
+              lambda rng: Inputs((torch.from_numpy(rng.normal(size=(6, 9)) * 2).float(),)), probe=top_k_one_probe),
+        _stat("frequencies_t1", "frequencies at temperature 1 for two rows of 5 logits",
+              [[1.0, 0.0, -0.5, 0.5, 0.2], [-1.0, 0.4, 0.4, 1.1, 0.0]], temperature=1.0),
+        _stat("frequencies_t07", "frequencies at temperature 0.7", [[1.0, 0.0, -0.5, 0.5, 0.2]], temperature=0.7),
+        _stat("frequencies_hot", "frequencies at temperature 2.5", [[2.0, -1.0, 0.5, 0.0]], temperature=2.5),
+        _stat("top_k_ties", "top_k=2 where the 2nd largest logit is tied (three tokens stay in)", TIED_TOP_K,
+              temperature=1.0, top_k=2),
+        _stat("top_k_three", "top_k=3 at temperature 0.8", [[0.1, 1.5, -0.3, 0.9, 0.7, -2.0]], temperature=0.8,
+              top_k=3),
+        Check("same_seed", "two generators seeded alike give the same draws (64 rows of 6 logits)", 1,
+              logits_inputs((64, 6)), probe=same_seed_probe),
+        Check("inputs_unchanged", "the logits are not modified", 0.5, logits_inputs((3, 5), temperature=0.5),
+              kind="unchanged"),
+    )
+
+    GENERATE_CHECKS = (
+        _tokens("generate", "greedy", "greedy, one prompt of 1 token, 8 new tokens", 1, SMALL, 1, 1, 8, temperature=0),
+        _tokens("generate", "sampled", "temperature 1, 2 prompts of 4 tokens, 8 new tokens (the same generator state "
+                "as the reference)", 1, SMALL, 2, 4, 8, temperature=1.0),
+        _tokens("generate", "top_k", "temperature 0.7 with top_k=5, 3 prompts, a model with 3 layers and 4 heads", 1,
+                WIDE, 3, 3, 6, temperature=0.7, top_k=5),
+        _tokens("generate", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 3, 0, temperature=1.0),
+        _tokens("generate", "past_context", "a 13-token prompt and 7 new tokens in a 16-token context (keep the last "
+                "16 as input)", 1, SMALL, 2, 13, 7, temperature=0.9),
+        Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
+              generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate"),
+              oracle=leaves_model_oracle),
+        Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
+              generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate", "eval"),
+              oracle=keeps_eval_oracle),
+    )
+
+    CACHED_CHECKS = (
+        _tokens("generate_cached", "greedy_one_token", "greedy from a 1-token prompt, 10 new tokens: the same tokens "
+                "as generate", 1, SMALL, 1, 1, 10, temperature=0),
+        _tokens("generate_cached", "sampled_batch", "temperature 1, 3 prompts of 5 tokens: the same tokens as generate "
+                "for the same generator state", 1, SMALL, 3, 5, 9, temperature=1.0),
+        _tokens("generate_cached", "temperature_top_k", "temperature 0.7, top_k=4, a model with 3 layers and 4 heads",
+                1, WIDE, 2, 6, 10, temperature=0.7, top_k=4),
+        _tokens("generate_cached", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 4, 0),
+        Check("called_twice", "called twice on the same model, the generator seeded alike: the same tokens both times",
+              0.5, generation_inputs(SMALL, 2, 3, 5, temperature=1.0), probe=twice_probe("generate_cached"),
+              oracle=twice_oracle),
+        _tokens("generate_cached", "fills_context", "prompt 4 + 12 new tokens = context_length 16 exactly", 0.5,
+                SMALL, 1, 4, 12, temperature=0),
+        _cache_facet("step_logits", "steps", "the logits of every cached step equal a full forward pass of the same "
+                     "prefix", SMALL, 2, 5, 7, temperature=0),
+        _cache_facet("step_logits_wide", "steps", "the same, 3 layers, 4 heads, untied", WIDE, 1, 3, 6,
+                     temperature=1.0),
+        _cache_facet("positions", "positions", "positions continue past the prompt (pos_emb sees every position once)",
+                     SMALL, 2, 5, 6, temperature=1.0),
+        _cache_facet("keys_once", "keys", "each step computes keys and values for its new token only, in every layer",
+                     WIDE, 2, 4, 6, temperature=0),
+        Check("context_limit", "T + max_new_tokens > context_length raises a ValueError naming the limit", 1,
+              generation_inputs(SMALL, 1, 10, 7, temperature=0), probe=limit_probe("generate_cached"),
+              oracle=limit_error_oracle),
+        Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
+              generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate_cached"),
+              oracle=leaves_model_oracle),
+        Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
+              generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate_cached", "eval"),
+              oracle=keeps_eval_oracle),
+    )
+
+    parts = (
+        Part("sample_next", checks=SAMPLE_CHECKS, diagnose=diagnose),
+        Part("generate", checks=GENERATE_CHECKS, diagnose=diagnose, uses=("sample_next",)),
+        Part("generate_cached", checks=CACHED_CHECKS, diagnose=diagnose, uses=("sample_next",)),
+    )
+
+    return Unit(
+        UNIT_NAME,
+        # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
+        # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
+        cell_seconds=15,
+        reference_cpu_seconds=3.5,  # 3.09 s measured (spec.Unit.reference_cpu_seconds)
+        notebook_cpu_seconds=3,  # 2.59 s measured (spec.Unit.notebook_cpu_seconds)
+        parts=parts,
+        misconceptions=MISCONCEPTIONS,
+        sample_bug=SampleBug("generate_cached", "torch.arange(start, end, device=tokens.device)",
+                             "torch.arange(0, end - start, device=tokens.device)", "cache_positions_restart"),
+    )
 
 
 # ---------------------------------------------------------------- the model the student is handed
@@ -124,7 +222,7 @@ def twice_oracle(inputs: Inputs):
 
 def tokens_oracle(inputs: Inputs):
     """The reference `generate` (the full re-run) on a trusted model: what both parts must return."""
-    from ..reference import load_reference
+    from ..engine.reference import load_reference
 
     model = trusted_model(inputs)
     generator = torch.Generator().manual_seed(inputs.kwargs["seed"])
@@ -1010,7 +1108,7 @@ MISCONCEPTIONS = (
 )
 
 
-# ---------------------------------------------------------------- the graded parts
+# ---------------------------------------------------------------- what the graded parts use
 
 TIED_TOP_K = [[2.0, 1.0, 1.0, 0.5, -1.0, 0.0], [0.3, 0.3, 0.3, 2.0, -0.5, 1.2]]
 
@@ -1021,48 +1119,9 @@ def _stat(name, what, rows, **settings):
                  oracle=draws_oracle)
 
 
-SAMPLE_CHECKS = (
-    Check("greedy", "temperature 0 on logits (5, 11): the argmax of each row", 1,
-          logits_inputs((5, 11), temperature=0), tol=Tolerance(0, 0)),
-    Check("greedy_float64", "temperature 0, float64 logits (1, 7)", 0.5, logits_inputs((1, 7), torch.float64,
-                                                                                         temperature=0)),
-    Check("top_k_one", "top_k=1 at temperature 1.3: greedy whatever the draw", 1,
-          lambda rng: Inputs((torch.from_numpy(rng.normal(size=(6, 9)) * 2).float(),)), probe=top_k_one_probe),
-    _stat("frequencies_t1", "frequencies at temperature 1 for two rows of 5 logits",
-          [[1.0, 0.0, -0.5, 0.5, 0.2], [-1.0, 0.4, 0.4, 1.1, 0.0]], temperature=1.0),
-    _stat("frequencies_t07", "frequencies at temperature 0.7", [[1.0, 0.0, -0.5, 0.5, 0.2]], temperature=0.7),
-    _stat("frequencies_hot", "frequencies at temperature 2.5", [[2.0, -1.0, 0.5, 0.0]], temperature=2.5),
-    _stat("top_k_ties", "top_k=2 where the 2nd largest logit is tied (three tokens stay in)", TIED_TOP_K,
-          temperature=1.0, top_k=2),
-    _stat("top_k_three", "top_k=3 at temperature 0.8", [[0.1, 1.5, -0.3, 0.9, 0.7, -2.0]], temperature=0.8, top_k=3),
-    Check("same_seed", "two generators seeded alike give the same draws (64 rows of 6 logits)", 1,
-          logits_inputs((64, 6)), probe=same_seed_probe),
-    Check("inputs_unchanged", "the logits are not modified", 0.5, logits_inputs((3, 5), temperature=0.5),
-          kind="unchanged"),
-)
-
-
 def _tokens(part, name, what, points, fields, batch, prompt, new, **settings):
     return Check(name, what, points, generation_inputs(fields, batch, prompt, new, **settings),
                  probe=tokens_probe(part), oracle=tokens_oracle)
-
-
-GENERATE_CHECKS = (
-    _tokens("generate", "greedy", "greedy, one prompt of 1 token, 8 new tokens", 1, SMALL, 1, 1, 8, temperature=0),
-    _tokens("generate", "sampled", "temperature 1, 2 prompts of 4 tokens, 8 new tokens (the same generator state "
-            "as the reference)", 1, SMALL, 2, 4, 8, temperature=1.0),
-    _tokens("generate", "top_k", "temperature 0.7 with top_k=5, 3 prompts, a model with 3 layers and 4 heads", 1,
-            WIDE, 3, 3, 6, temperature=0.7, top_k=5),
-    _tokens("generate", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 3, 0, temperature=1.0),
-    _tokens("generate", "past_context", "a 13-token prompt and 7 new tokens in a 16-token context (keep the last "
-            "16 as input)", 1, SMALL, 2, 13, 7, temperature=0.9),
-    Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
-          generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate"),
-          oracle=leaves_model_oracle),
-    Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
-          generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate", "eval"),
-          oracle=keeps_eval_oracle),
-)
 
 
 def _cache_facet(name, facet, what, fields, batch, prompt, new, **settings):
@@ -1070,52 +1129,4 @@ def _cache_facet(name, facet, what, fields, batch, prompt, new, **settings):
                  probe=trace_probe("generate_cached", facet), oracle=facet_oracle, tol=LOGITS)
 
 
-CACHED_CHECKS = (
-    _tokens("generate_cached", "greedy_one_token", "greedy from a 1-token prompt, 10 new tokens: the same tokens "
-            "as generate", 1, SMALL, 1, 1, 10, temperature=0),
-    _tokens("generate_cached", "sampled_batch", "temperature 1, 3 prompts of 5 tokens: the same tokens as generate "
-            "for the same generator state", 1, SMALL, 3, 5, 9, temperature=1.0),
-    _tokens("generate_cached", "temperature_top_k", "temperature 0.7, top_k=4, a model with 3 layers and 4 heads",
-            1, WIDE, 2, 6, 10, temperature=0.7, top_k=4),
-    _tokens("generate_cached", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 4, 0),
-    Check("called_twice", "called twice on the same model, the generator seeded alike: the same tokens both times",
-          0.5, generation_inputs(SMALL, 2, 3, 5, temperature=1.0), probe=twice_probe("generate_cached"),
-          oracle=twice_oracle),
-    _tokens("generate_cached", "fills_context", "prompt 4 + 12 new tokens = context_length 16 exactly", 0.5,
-            SMALL, 1, 4, 12, temperature=0),
-    _cache_facet("step_logits", "steps", "the logits of every cached step equal a full forward pass of the same "
-                 "prefix", SMALL, 2, 5, 7, temperature=0),
-    _cache_facet("step_logits_wide", "steps", "the same, 3 layers, 4 heads, untied", WIDE, 1, 3, 6, temperature=1.0),
-    _cache_facet("positions", "positions", "positions continue past the prompt (pos_emb sees every position once)",
-                 SMALL, 2, 5, 6, temperature=1.0),
-    _cache_facet("keys_once", "keys", "each step computes keys and values for its new token only, in every layer",
-                 WIDE, 2, 4, 6, temperature=0),
-    Check("context_limit", "T + max_new_tokens > context_length raises a ValueError naming the limit", 1,
-          generation_inputs(SMALL, 1, 10, 7, temperature=0), probe=limit_probe("generate_cached"),
-          oracle=limit_error_oracle),
-    Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
-          generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate_cached"),
-          oracle=leaves_model_oracle),
-    Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
-          generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate_cached", "eval"),
-          oracle=keeps_eval_oracle),
-)
-
-PARTS = (
-    Part("sample_next", checks=SAMPLE_CHECKS, diagnose=diagnose),
-    Part("generate", checks=GENERATE_CHECKS, diagnose=diagnose, uses=("sample_next",)),
-    Part("generate_cached", checks=CACHED_CHECKS, diagnose=diagnose, uses=("sample_next",)),
-)
-
-UNIT = Unit(
-    UNIT_NAME,
-    # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
-    # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
-    cell_seconds=15,
-    reference_cpu_seconds=3.5,  # 3.09 s measured (core.Unit.reference_cpu_seconds)
-    notebook_cpu_seconds=3,  # 2.59 s measured (core.Unit.notebook_cpu_seconds)
-    parts=PARTS,
-    misconceptions=MISCONCEPTIONS,
-    sample_bug=SampleBug("generate_cached", "torch.arange(start, end, device=tokens.device)",
-                         "torch.arange(0, end - start, device=tokens.device)", "cache_positions_restart"),
-)
+UNIT = graded()

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..compare import Tolerance, as_array, compare_arrays, describe
-from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
+from ..engine.compare import Tolerance, as_array, compare_arrays, describe
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
 
 EXACT = Tolerance(rtol=0.0, atol=0.0)
 
@@ -29,6 +29,79 @@ class RequireDtype(Tolerance):
     that grades the dtype says so through its tolerance; the part's other checks compare
     values only, so a wrong dtype costs one check, not all of them.
     """
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded() -> Unit:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    parts = (
+        Part(
+            "causal_mask",
+            diagnose=diagnose_mask,
+            checks=(
+                Check("n_1", "causal_mask(1)", 1, mask_inputs(1), tol=EXACT),
+                Check("n_4", "causal_mask(4)", 1, mask_inputs(4), tol=EXACT),
+                Check("n_9", "causal_mask(9)", 1, mask_inputs(9), tol=EXACT),
+                Check("dtype_bool", "causal_mask(5), whose dtype must be bool", 1, mask_inputs(5),
+                      tol=RequireDtype(0.0, 0.0)),
+            ),
+        ),
+        Part(
+            "causal_self_attention",
+            diagnose=diagnose_causal_output,
+            uses=("softmax", "scaled_dot_product_attention", "self_attention", "causal_mask"),
+            checks=(
+                Check("unbatched", "x (6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,
+                      causal_attention_inputs((), 6, 8, 4, 5)),
+                Check("batched", "x (2, 3, 7, 8) with W_q, W_k (8, 4) and W_v (8, 6)", 1,
+                      causal_attention_inputs((2, 3), 7, 8, 4, 6)),
+                Check("single_token", "a single token: x (3, 1, 6)", 1,
+                      causal_attention_inputs((3,), 1, 6, 4, 4)),
+                Check("long_sharp", "x (2, 16, 8) with large scores (sharp weights)", 1,
+                      causal_attention_inputs((2,), 16, 8, 8, 3, scale=4.0)),
+                Check("inputs_unchanged", "x and the weights are not modified", 1,
+                      causal_attention_inputs((2,), 5, 6, 3, 4), kind="unchanged"),
+            ),
+        ),
+        Part(
+            "next_token_pairs",
+            diagnose=diagnose_pairs,
+            checks=(
+                Check("one_sequence", "one sequence of 7 tokens", 1, token_inputs((7,)), tol=EXACT),
+                Check("batch", "a batch of 3 sequences of 9 tokens (ids stay integers)", 1, token_inputs((3, 9)),
+                      tol=RequireDtype(0.0, 0.0)),
+                Check("two_batch_axes", "tokens of shape (2, 3, 6)", 1, token_inputs((2, 3, 6)), tol=EXACT),
+                Check("shortest", "a batch of 4 sequences of 2 tokens (one pair each)", 1, token_inputs((4, 2)),
+                      tol=EXACT),
+                Check("inputs_unchanged", "the tokens are not modified", 1, token_inputs((2, 5)), kind="unchanged"),
+            ),
+        ),
+        Part(
+            "looks_causal",
+            diagnose=diagnose_verdict,
+            # A causal verdict counts only if the detector also catches the plain leak, and a leak
+            # verdict only if it also passes plain causal attention: a constant answer earns 0.
+            checks=tuple(
+                Check(case.name, case.what, 0.5, oracle_inputs(case),
+                      requires=("full_attention",) if case.causal else ("causal_attention",))
+                for case in ORACLE_CASES
+            ),
+        ),
+    )
+
+    return Unit(
+        "02_masking",
+        cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
+        reference_cpu_seconds=0.2,  # 0.16 s measured (spec.Unit.reference_cpu_seconds)
+        notebook_cpu_seconds=1.5,  # 1.19 s measured (spec.Unit.notebook_cpu_seconds)
+        parts=parts,
+        misconceptions=MISCONCEPTIONS,
+        sample_bug=SampleBug("causal_mask", "np.tril(", "np.triu(", "mask_upper_triangle"),
+    )
 
 
 # ---------------------------------------------------------------- comparing results
@@ -691,69 +764,4 @@ MISCONCEPTIONS = (
 )
 
 
-# ---------------------------------------------------------------- the graded parts
-
-PARTS = (
-    Part(
-        "causal_mask",
-        diagnose=diagnose_mask,
-        checks=(
-            Check("n_1", "causal_mask(1)", 1, mask_inputs(1), tol=EXACT),
-            Check("n_4", "causal_mask(4)", 1, mask_inputs(4), tol=EXACT),
-            Check("n_9", "causal_mask(9)", 1, mask_inputs(9), tol=EXACT),
-            Check("dtype_bool", "causal_mask(5), whose dtype must be bool", 1, mask_inputs(5),
-                  tol=RequireDtype(0.0, 0.0)),
-        ),
-    ),
-    Part(
-        "causal_self_attention",
-        diagnose=diagnose_causal_output,
-        uses=("softmax", "scaled_dot_product_attention", "self_attention", "causal_mask"),
-        checks=(
-            Check("unbatched", "x (6, 8) with W_q, W_k (8, 4) and W_v (8, 5)", 1,
-                  causal_attention_inputs((), 6, 8, 4, 5)),
-            Check("batched", "x (2, 3, 7, 8) with W_q, W_k (8, 4) and W_v (8, 6)", 1,
-                  causal_attention_inputs((2, 3), 7, 8, 4, 6)),
-            Check("single_token", "a single token: x (3, 1, 6)", 1,
-                  causal_attention_inputs((3,), 1, 6, 4, 4)),
-            Check("long_sharp", "x (2, 16, 8) with large scores (sharp weights)", 1,
-                  causal_attention_inputs((2,), 16, 8, 8, 3, scale=4.0)),
-            Check("inputs_unchanged", "x and the weights are not modified", 1,
-                  causal_attention_inputs((2,), 5, 6, 3, 4), kind="unchanged"),
-        ),
-    ),
-    Part(
-        "next_token_pairs",
-        diagnose=diagnose_pairs,
-        checks=(
-            Check("one_sequence", "one sequence of 7 tokens", 1, token_inputs((7,)), tol=EXACT),
-            Check("batch", "a batch of 3 sequences of 9 tokens (ids stay integers)", 1, token_inputs((3, 9)),
-                  tol=RequireDtype(0.0, 0.0)),
-            Check("two_batch_axes", "tokens of shape (2, 3, 6)", 1, token_inputs((2, 3, 6)), tol=EXACT),
-            Check("shortest", "a batch of 4 sequences of 2 tokens (one pair each)", 1, token_inputs((4, 2)),
-                  tol=EXACT),
-            Check("inputs_unchanged", "the tokens are not modified", 1, token_inputs((2, 5)), kind="unchanged"),
-        ),
-    ),
-    Part(
-        "looks_causal",
-        diagnose=diagnose_verdict,
-        # A causal verdict counts only if the detector also catches the plain leak, and a leak
-        # verdict only if it also passes plain causal attention: a constant answer earns 0.
-        checks=tuple(
-            Check(case.name, case.what, 0.5, oracle_inputs(case),
-                  requires=("full_attention",) if case.causal else ("causal_attention",))
-            for case in ORACLE_CASES
-        ),
-    ),
-)
-
-UNIT = Unit(
-    "02_masking",
-    cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
-    reference_cpu_seconds=0.2,  # 0.16 s measured (core.Unit.reference_cpu_seconds)
-    notebook_cpu_seconds=1.5,  # 1.19 s measured (core.Unit.notebook_cpu_seconds)
-    parts=PARTS,
-    misconceptions=MISCONCEPTIONS,
-    sample_bug=SampleBug("causal_mask", "np.tril(", "np.triu(", "mask_upper_triangle"),
-)
+UNIT = graded()

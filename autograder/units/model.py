@@ -21,10 +21,11 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..compare import Tolerance, describe
-from ..core import Check, Inputs, Misconception, Part, ProbeFailed, SampleBug, Unit
-from ..reference import load_reference
-from ..weights import random_state as shared_random_state
+from ..engine.compare import Tolerance, describe
+from ..engine.probes import ProbeFailed
+from ..engine.reference import load_reference
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
+from ..engine.weights import random_state as shared_random_state
 from .block import diagnose as diagnose_tensors
 
 UNIT_NAME = "05_model"
@@ -43,6 +44,135 @@ def ref():
 def config_fields(vocab_size, context_length, d_model, n_layers, n_heads, d_ff=None, tie_weights=True) -> dict:
     return dict(vocab_size=vocab_size, context_length=context_length, d_model=d_model, n_layers=n_layers,
                 n_heads=n_heads, d_ff=d_ff, tie_weights=tie_weights)
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded() -> Unit:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    COUNT_CHECKS = tuple(
+        Check(name, what, points, count_inputs(COUNT_BASE, should_be=should_be), tol=EXACT, probe=term_probe(measure))
+        for name, (points, what, measure, should_be) in TERMS.items()
+    ) + (
+        Check("gpt2_small", "GPT-2 small (vocab 50257, context 1024, 12 layers, d_model 768, 12 heads): exactly", 0.5,
+              count_inputs(config_fields(50257, 1024, 768, 12, 12), published=GPT2_SMALL), tol=EXACT,
+              probe=count_probe, oracle=published_oracle),
+        Check("untied_exact", "a small untied model (vocab 37, context 9, d_model 12, 3 layers, 3 heads, d_ff 20): "
+              "exactly", 0.5, count_inputs({**ODD, "d_ff": 20, "tie_weights": False}), tol=EXACT, probe=count_probe,
+              oracle=numel_oracle),
+    )
+
+    parts = (
+        Part(
+            "GPTConfig",
+            kind="class",
+            diagnose=diagnose,
+            checks=(
+                Check("defaults", "GPTConfig(vocab_size=50, context_length=16, d_model=8, n_layers=3, n_heads=2)", 1,
+                      lambda rng: Inputs(()), probe=config_probe(positional=False)),
+                Check("field_order", "GPTConfig(50, 16, 8, 3, 2): the fields in the contract's order", 1,
+                      lambda rng: Inputs(()), probe=config_probe(positional=True)),
+            ),
+        ),
+        Part(
+            "sinusoidal_positions",
+            diagnose=diagnose,
+            checks=(
+                Check("small", "sinusoidal_positions(6, 4)", 1, lambda rng: Inputs((6, 4)), tol=TABLE,
+                      oracle=sinusoid_oracle),
+                Check("long", "sinusoidal_positions(64, 16)", 1, lambda rng: Inputs((64, 16)), tol=TABLE,
+                      oracle=sinusoid_oracle),
+                Check("width_10", "sinusoidal_positions(20, 10) (d_model not a power of two)", 1,
+                      lambda rng: Inputs((20, 10)), tol=TABLE, oracle=sinusoid_oracle),
+            ),
+        ),
+        Part(
+            "GPT",
+            kind="class",
+            not_from=("coursekit.gpt.GPT",),
+            diagnose=diagnose,
+            checks=(
+                Check("tied_parameters", "a tied model: its parameters' names and shapes, lm_head sharing token_emb's "
+                      "weight", 1, model_inputs(SMALL, state=False), probe=tying_probe),
+                Check("untied_parameters", "tie_weights=False and d_ff=20: lm_head with a weight of its own", 1,
+                      model_inputs(SMALL_UNTIED, state=False), probe=tying_probe),
+                Check("logits", "logits for a batch of 2 sequences of 5 tokens", 1, model_inputs(SMALL), tol=F32,
+                      probe=logits_probe),
+                Check("logits_untied_odd", "an untied model, d_model 12 with 3 heads, batch 1, 9 tokens (the whole "
+                      "context)", 1, model_inputs({**ODD, "tie_weights": False}, batch=1, T=9), tol=F32,
+                      probe=logits_probe),
+                Check("single_token", "a single token per sequence", 1, model_inputs(SMALL, batch=3, T=1), tol=F32,
+                      probe=logits_probe),
+                Check("causal", "logits before position 4 do not change when later tokens do", 1,
+                      model_inputs(SMALL, batch=2, T=8), tol=F32, probe=causal_probe),
+                Check("too_long", "a sequence longer than context_length raises ValueError", 1,
+                      model_inputs(SMALL, batch=1, T=2), probe=too_long_probe),
+                Check("gradient", "gradients of every parameter (tied: one gradient for token_emb)", 1,
+                      model_inputs(SMALL, batch=2, T=4), tol=Tolerance(1e-4, 1e-5), probe=gradient_probe),
+                Check("initial_loss",
+                      "a freshly built GPT (vocab 256, d_model 64, 2 layers): its loss on random tokens "
+                      "is near ln 256", 1, init_inputs, probe=initial_loss_probe),
+                Check("initial_weights", "a freshly built GPT (vocab 256, d_model 64, 2 layers): its weights drawn as "
+                      "GPT-2 draws them", 1, init_inputs, probe=init_probe),
+            ),
+        ),
+        # Counted with arithmetic on the config, as the visible checks ask: building the modules (and
+        # summing their numel) would hand the count to PyTorch.
+        Part("count_parameters", diagnose=diagnose, checks=COUNT_CHECKS, forbid=NO_BUILDING),
+        Part(
+            "parameter_breakdown",
+            diagnose=diagnose,
+            forbid=NO_BUILDING,
+            checks=tuple(
+                Check(term, what, points, lambda rng, term=term: Inputs((), {"term": term}),
+                      probe=breakdown_probe)
+                for term, what, points in (
+                    ("embeddings",
+                     "`embeddings` and `lm_head` (token_emb, pos_emb, an untied lm_head), for GPT-2 small, "
+                     "a small untied model and one of d_model 12", 1),
+                    ("attention", "`attention`, for the same three models", 0.5),
+                    ("ffn", "`ffn`, for the same three models", 0.5),
+                    ("norms", "`norms`, for the same three models", 0.5),
+                    ("total", "the sum of the five, for the same three models: sum(p.numel()) of each", 0.5),
+                )
+            ),
+        ),
+        Part(
+            "rope",
+            diagnose=diagnose,
+            checks=(
+                Check("default_positions", "x (2, 5, 8), positions 0..4", 1, rope_inputs((2, 5, 8)), tol=F32,
+                      oracle=rope_oracle),
+                Check("given_positions", "x (3, 4, 6) at positions [7, 3, 0, 11] (d not a power of two)", 1,
+                      rope_inputs((3, 4, 6), positions=[7, 3, 0, 11]), tol=F32, oracle=rope_oracle),
+                Check("float64_heads", "x (2, 2, 6, 4) in float64 (batch and heads), base 100", 1,
+                      rope_inputs((2, 2, 6, 4), torch.float64, base=100.0), tol=F64, oracle=rope_oracle),
+                Check("single_position", "x (1, 1, 8) at position 0 (the identity)", 1, rope_inputs((1, 1, 8)),
+                      tol=F32, oracle=rope_oracle),
+                Check("offset_only", "rope(q, m) . rope(k, n) is the same for (3, 1), (7, 5) and (12, 10)", 1,
+                      offset_inputs, tol=F64, probe=offset_probe),
+                Check("inputs_unchanged", "x is not modified", 1, rope_inputs((2, 3, 4)), kind="unchanged"),
+            ),
+        ),
+    )
+
+    return Unit(
+        UNIT_NAME,
+        # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
+        # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
+        cell_seconds=15,
+        reference_cpu_seconds=2.5,  # 2.36 s measured (spec.Unit.reference_cpu_seconds)
+        notebook_cpu_seconds=4,  # 4 s measured (spec.Unit.notebook_cpu_seconds)
+        parts=parts,
+        misconceptions=MISCONCEPTIONS,
+        # The course's finished GPT (for units 06 and 07) is what this unit asks students to write:
+        # their sandbox shows its file empty, so it cannot be imported, read or rebuilt there.
+        hidden=("coursekit/gpt.py",),
+        sample_bug=SampleBug("rope", "[:, None] * theta", "[:, None] * -theta", "rope_wrong_direction"),
+    )
 
 
 # ---------------------------------------------------------------- comparing results
@@ -1087,130 +1217,14 @@ def _config_with_default(reference, field, value):
     return dataclasses.make_dataclass("GPTConfig", fields)
 
 
-# ---------------------------------------------------------------- the graded parts
+# ---------------------------------------------------------------- what the graded parts use
 
 SMALL = config_fields(40, 12, 8, 2, 2)
 SMALL_UNTIED = config_fields(40, 12, 8, 2, 2, d_ff=20, tie_weights=False)
 ODD = config_fields(37, 9, 12, 3, 3)
 SMALL_64 = config_fields(30, 8, 8, 1, 2)
 
-COUNT_CHECKS = tuple(
-    Check(name, what, points, count_inputs(COUNT_BASE, should_be=should_be), tol=EXACT, probe=term_probe(measure))
-    for name, (points, what, measure, should_be) in TERMS.items()
-) + (
-    Check("gpt2_small", "GPT-2 small (vocab 50257, context 1024, 12 layers, d_model 768, 12 heads): exactly", 0.5,
-          count_inputs(config_fields(50257, 1024, 768, 12, 12), published=GPT2_SMALL), tol=EXACT,
-          probe=count_probe, oracle=published_oracle),
-    Check("untied_exact", "a small untied model (vocab 37, context 9, d_model 12, 3 layers, 3 heads, d_ff 20): "
-          "exactly", 0.5, count_inputs({**ODD, "d_ff": 20, "tie_weights": False}), tol=EXACT, probe=count_probe,
-          oracle=numel_oracle),
-)
-
 NO_BUILDING = ("torch.nn.Embedding", "torch.nn.Linear", "torch.nn.LayerNorm")
 
-PARTS = (
-    Part(
-        "GPTConfig",
-        kind="class",
-        diagnose=diagnose,
-        checks=(
-            Check("defaults", "GPTConfig(vocab_size=50, context_length=16, d_model=8, n_layers=3, n_heads=2)", 1,
-                  lambda rng: Inputs(()), probe=config_probe(positional=False)),
-            Check("field_order", "GPTConfig(50, 16, 8, 3, 2): the fields in the contract's order", 1,
-                  lambda rng: Inputs(()), probe=config_probe(positional=True)),
-        ),
-    ),
-    Part(
-        "sinusoidal_positions",
-        diagnose=diagnose,
-        checks=(
-            Check("small", "sinusoidal_positions(6, 4)", 1, lambda rng: Inputs((6, 4)), tol=TABLE,
-                  oracle=sinusoid_oracle),
-            Check("long", "sinusoidal_positions(64, 16)", 1, lambda rng: Inputs((64, 16)), tol=TABLE,
-                  oracle=sinusoid_oracle),
-            Check("width_10", "sinusoidal_positions(20, 10) (d_model not a power of two)", 1,
-                  lambda rng: Inputs((20, 10)), tol=TABLE, oracle=sinusoid_oracle),
-        ),
-    ),
-    Part(
-        "GPT",
-        kind="class",
-        not_from=("coursekit.gpt.GPT",),
-        diagnose=diagnose,
-        checks=(
-            Check("tied_parameters", "a tied model: its parameters' names and shapes, lm_head sharing token_emb's "
-                  "weight", 1, model_inputs(SMALL, state=False), probe=tying_probe),
-            Check("untied_parameters", "tie_weights=False and d_ff=20: lm_head with a weight of its own", 1,
-                  model_inputs(SMALL_UNTIED, state=False), probe=tying_probe),
-            Check("logits", "logits for a batch of 2 sequences of 5 tokens", 1, model_inputs(SMALL), tol=F32,
-                  probe=logits_probe),
-            Check("logits_untied_odd", "an untied model, d_model 12 with 3 heads, batch 1, 9 tokens (the whole "
-                  "context)", 1, model_inputs({**ODD, "tie_weights": False}, batch=1, T=9), tol=F32,
-                  probe=logits_probe),
-            Check("single_token", "a single token per sequence", 1, model_inputs(SMALL, batch=3, T=1), tol=F32,
-                  probe=logits_probe),
-            Check("causal", "logits before position 4 do not change when later tokens do", 1,
-                  model_inputs(SMALL, batch=2, T=8), tol=F32, probe=causal_probe),
-            Check("too_long", "a sequence longer than context_length raises ValueError", 1,
-                  model_inputs(SMALL, batch=1, T=2), probe=too_long_probe),
-            Check("gradient", "gradients of every parameter (tied: one gradient for token_emb)", 1,
-                  model_inputs(SMALL, batch=2, T=4), tol=Tolerance(1e-4, 1e-5), probe=gradient_probe),
-            Check("initial_loss", "a freshly built GPT (vocab 256, d_model 64, 2 layers): its loss on random tokens "
-                  "is near ln 256", 1, init_inputs, probe=initial_loss_probe),
-            Check("initial_weights", "a freshly built GPT (vocab 256, d_model 64, 2 layers): its weights drawn as "
-                  "GPT-2 draws them", 1, init_inputs, probe=init_probe),
-        ),
-    ),
-    # Counted with arithmetic on the config, as the visible checks ask: building the modules (and
-    # summing their numel) would hand the count to PyTorch.
-    Part("count_parameters", diagnose=diagnose, checks=COUNT_CHECKS, forbid=NO_BUILDING),
-    Part(
-        "parameter_breakdown",
-        diagnose=diagnose,
-        forbid=NO_BUILDING,
-        checks=tuple(
-            Check(term, what, points, lambda rng, term=term: Inputs((), {"term": term}),
-                  probe=breakdown_probe)
-            for term, what, points in (
-                ("embeddings", "`embeddings` and `lm_head` (token_emb, pos_emb, an untied lm_head), for GPT-2 small, "
-                 "a small untied model and one of d_model 12", 1),
-                ("attention", "`attention`, for the same three models", 0.5),
-                ("ffn", "`ffn`, for the same three models", 0.5),
-                ("norms", "`norms`, for the same three models", 0.5),
-                ("total", "the sum of the five, for the same three models: sum(p.numel()) of each", 0.5),
-            )
-        ),
-    ),
-    Part(
-        "rope",
-        diagnose=diagnose,
-        checks=(
-            Check("default_positions", "x (2, 5, 8), positions 0..4", 1, rope_inputs((2, 5, 8)), tol=F32,
-                  oracle=rope_oracle),
-            Check("given_positions", "x (3, 4, 6) at positions [7, 3, 0, 11] (d not a power of two)", 1,
-                  rope_inputs((3, 4, 6), positions=[7, 3, 0, 11]), tol=F32, oracle=rope_oracle),
-            Check("float64_heads", "x (2, 2, 6, 4) in float64 (batch and heads), base 100", 1,
-                  rope_inputs((2, 2, 6, 4), torch.float64, base=100.0), tol=F64, oracle=rope_oracle),
-            Check("single_position", "x (1, 1, 8) at position 0 (the identity)", 1, rope_inputs((1, 1, 8)),
-                  tol=F32, oracle=rope_oracle),
-            Check("offset_only", "rope(q, m) . rope(k, n) is the same for (3, 1), (7, 5) and (12, 10)", 1,
-                  offset_inputs, tol=F64, probe=offset_probe),
-            Check("inputs_unchanged", "x is not modified", 1, rope_inputs((2, 3, 4)), kind="unchanged"),
-        ),
-    ),
-)
 
-UNIT = Unit(
-    UNIT_NAME,
-    # The slowest cell of the solution notebook takes under 2 s on a laptop CPU (its setup, importing
-    # PyTorch): 15 s leaves room for a busy machine, and costs a looping notebook less.
-    cell_seconds=15,
-    reference_cpu_seconds=2.5,  # 2.36 s measured (core.Unit.reference_cpu_seconds)
-    notebook_cpu_seconds=4,  # 4 s measured (core.Unit.notebook_cpu_seconds)
-    parts=PARTS,
-    misconceptions=MISCONCEPTIONS,
-    # The course's finished GPT (for units 06 and 07) is what this unit asks students to write:
-    # their sandbox shows its file empty, so it cannot be imported, read or rebuilt there.
-    hidden=("coursekit/gpt.py",),
-    sample_bug=SampleBug("rope", "[:, None] * theta", "[:, None] * -theta", "rope_wrong_direction"),
-)
+UNIT = graded()

@@ -11,15 +11,112 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..compare import Tolerance, describe
-from ..core import Check, Inputs, Misconception, Part, SampleBug, Unit
-from ..reference import load_reference
+from ..engine.compare import Tolerance, describe
+from ..engine.reference import load_reference
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
 
 UNIT_NAME = "03_multihead"
 
 # Splitting and merging only move numbers around: they must come back exact (the margin
 # allows a float32 round trip, nothing more).
 EXACT = Tolerance(rtol=1e-6, atol=1e-12)
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded() -> Unit:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    parts = (
+        Part(
+            "split_heads",
+            checks=(
+                Check("unbatched", "x (5, 12) split into 3 heads", 1,
+                      split_inputs((), 5, 12, 3, integers=True), tol=EXACT),
+                Check("one_batch_axis", "x (2, 5, 12) split into 4 heads", 1,
+                      split_inputs((2,), 5, 12, 4), tol=EXACT),
+                Check("two_batch_axes", "x (2, 3, 4, 6) split into 2 heads", 1,
+                      split_inputs((2, 3), 4, 6, 2), tol=EXACT),
+                Check("one_head", "x (3, 7, 6) split into 1 head", 1,
+                      split_inputs((3,), 7, 6, 1), tol=EXACT),
+                Check("d_head_one", "x (2, 5, 4) split into 4 heads of width 1", 1,
+                      split_inputs((2,), 5, 4, 4), tol=EXACT),
+                Check("inputs_unchanged", "x is not modified", 1,
+                      split_inputs((2,), 4, 6, 3), kind="unchanged"),
+            ),
+        ),
+        Part(
+            "merge_heads",
+            checks=(
+                Check("unbatched", "3 heads (3, 5, 4) merged", 1, merge_inputs((), 3, 5, 4), tol=EXACT),
+                Check("one_batch_axis", "heads (2, 4, 5, 3) merged", 1, merge_inputs((2,), 4, 5, 3), tol=EXACT),
+                Check("two_batch_axes", "heads (2, 3, 2, 4, 3) merged", 1, merge_inputs((2, 3), 2, 4, 3), tol=EXACT),
+                Check("round_trip", "merge_heads(split_heads(x, 5)) gives x back, x (2, 6, 10)", 1,
+                      round_trip_inputs((2,), 6, 10, 5), tol=EXACT, oracle=round_trip_oracle),
+                Check("one_head", "a single head (2, 1, 5, 6) merged", 1, merge_inputs((2,), 1, 5, 6), tol=EXACT),
+                Check("d_head_one", "6 heads of width 1, (2, 6, 5, 1), merged", 1, merge_inputs((2,), 6, 5, 1),
+                      tol=EXACT),
+                Check("inputs_unchanged", "the heads array is not modified", 1,
+                      merge_inputs((2,), 3, 4, 2), kind="unchanged"),
+            ),
+        ),
+        Part(
+            "multi_head_attention",
+            uses=("softmax", "scaled_dot_product_attention", "split_heads", "merge_heads"),
+            forbid=(
+                "torch.nn.functional.scaled_dot_product_attention",
+                "torch.nn.functional.multi_head_attention_forward",
+                "torch.nn.MultiheadAttention",
+            ),
+            checks=(
+                Check("unbatched", "x (6, 8), 2 heads, causal by default", 1, mha_inputs((), 6, 8, 2)),
+                Check("one_batch_axis", "x (2, 5, 12), 3 heads, causal by default", 1, mha_inputs((2,), 5, 12, 3)),
+                Check("two_batch_axes", "x (2, 2, 4, 8), 4 heads, causal by default", 1,
+                      mha_inputs((2, 2), 4, 8, 4)),
+                Check("not_causal", "causal=False on x (2, 5, 8), 2 heads", 1, mha_inputs((2,), 5, 8, 2, causal=False)),
+                Check("one_head", "a single head on x (2, 5, 6)", 1, mha_inputs((2,), 5, 6, 1)),
+                Check("d_head_one", "4 heads of width 1 on x (2, 6, 4)", 1, mha_inputs((2,), 6, 4, 4)),
+                Check("torch_causal", "agrees with torch.nn.MultiheadAttention (same weights, causal), "
+                      "x (3, 7, 16), 4 heads", 1, mha_inputs((3,), 7, 16, 4, causal=True), oracle=torch_oracle),
+                Check("torch_not_causal", "agrees with torch.nn.MultiheadAttention (same weights, causal=False), "
+                      "x (2, 2, 5, 12), 3 heads", 1, mha_inputs((2, 2), 5, 12, 3, causal=False), oracle=torch_oracle),
+                Check("inputs_unchanged", "x and the four weights are not modified", 1,
+                      mha_inputs((2,), 4, 6, 2), kind="unchanged"),
+            ),
+        ),
+        Part(
+            "attention_flops",
+            diagnose=diagnose_count,
+            checks=(
+                Check("small", "n=6, d_model=8, n_heads=2", 1, flops_inputs(6, 8, 2)),
+                Check("one_head", "n=5, d_model=12, n_heads=1", 1, flops_inputs(5, 12, 1)),
+                Check("long_sequence", "n=4096, d_model=64, n_heads=4 (the n^2 terms dominate)", 1,
+                      flops_inputs(4096, 64, 4)),
+                Check("gpt2_layer", "one GPT-2 small layer: n=1024, d_model=768, n_heads=12", 1,
+                      flops_inputs(1024, 768, 12)),
+                Check("counted", "n=7, d_model=16, n_heads=4, against the matrix products the reference layer "
+                      "really does (counted, not computed)", 1, flops_inputs(7, 16, 4), oracle=counted_flops_oracle),
+            ),
+        ),
+    )
+
+    return Unit(
+        UNIT_NAME,
+        cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
+        reference_cpu_seconds=0.1,  # 0.06 s measured (spec.Unit.reference_cpu_seconds)
+        notebook_cpu_seconds=1.5,  # 1.43 s measured (spec.Unit.notebook_cpu_seconds)
+        grader_imports=("torch",),  # torch_oracle's
+        parts=parts,
+        misconceptions=MISCONCEPTIONS,
+        sample_bug=SampleBug(
+            "split_heads",
+            "np.swapaxes(blocks, -3, -2)",
+            "blocks.reshape(*lead, n_heads, n, d_head)",
+            "split_without_transpose",
+        ),
+    )
 
 
 # ---------------------------------------------------------------- the grader's own pieces
@@ -537,92 +634,4 @@ MISCONCEPTIONS = (
 )
 
 
-# ---------------------------------------------------------------- the graded parts
-
-PARTS = (
-    Part(
-        "split_heads",
-        checks=(
-            Check("unbatched", "x (5, 12) split into 3 heads", 1,
-                  split_inputs((), 5, 12, 3, integers=True), tol=EXACT),
-            Check("one_batch_axis", "x (2, 5, 12) split into 4 heads", 1,
-                  split_inputs((2,), 5, 12, 4), tol=EXACT),
-            Check("two_batch_axes", "x (2, 3, 4, 6) split into 2 heads", 1,
-                  split_inputs((2, 3), 4, 6, 2), tol=EXACT),
-            Check("one_head", "x (3, 7, 6) split into 1 head", 1,
-                  split_inputs((3,), 7, 6, 1), tol=EXACT),
-            Check("d_head_one", "x (2, 5, 4) split into 4 heads of width 1", 1,
-                  split_inputs((2,), 5, 4, 4), tol=EXACT),
-            Check("inputs_unchanged", "x is not modified", 1,
-                  split_inputs((2,), 4, 6, 3), kind="unchanged"),
-        ),
-    ),
-    Part(
-        "merge_heads",
-        checks=(
-            Check("unbatched", "3 heads (3, 5, 4) merged", 1, merge_inputs((), 3, 5, 4), tol=EXACT),
-            Check("one_batch_axis", "heads (2, 4, 5, 3) merged", 1, merge_inputs((2,), 4, 5, 3), tol=EXACT),
-            Check("two_batch_axes", "heads (2, 3, 2, 4, 3) merged", 1, merge_inputs((2, 3), 2, 4, 3), tol=EXACT),
-            Check("round_trip", "merge_heads(split_heads(x, 5)) gives x back, x (2, 6, 10)", 1,
-                  round_trip_inputs((2,), 6, 10, 5), tol=EXACT, oracle=round_trip_oracle),
-            Check("one_head", "a single head (2, 1, 5, 6) merged", 1, merge_inputs((2,), 1, 5, 6), tol=EXACT),
-            Check("d_head_one", "6 heads of width 1, (2, 6, 5, 1), merged", 1, merge_inputs((2,), 6, 5, 1), tol=EXACT),
-            Check("inputs_unchanged", "the heads array is not modified", 1,
-                  merge_inputs((2,), 3, 4, 2), kind="unchanged"),
-        ),
-    ),
-    Part(
-        "multi_head_attention",
-        uses=("softmax", "scaled_dot_product_attention", "split_heads", "merge_heads"),
-        forbid=(
-            "torch.nn.functional.scaled_dot_product_attention",
-            "torch.nn.functional.multi_head_attention_forward",
-            "torch.nn.MultiheadAttention",
-        ),
-        checks=(
-            Check("unbatched", "x (6, 8), 2 heads, causal by default", 1, mha_inputs((), 6, 8, 2)),
-            Check("one_batch_axis", "x (2, 5, 12), 3 heads, causal by default", 1, mha_inputs((2,), 5, 12, 3)),
-            Check("two_batch_axes", "x (2, 2, 4, 8), 4 heads, causal by default", 1,
-                  mha_inputs((2, 2), 4, 8, 4)),
-            Check("not_causal", "causal=False on x (2, 5, 8), 2 heads", 1, mha_inputs((2,), 5, 8, 2, causal=False)),
-            Check("one_head", "a single head on x (2, 5, 6)", 1, mha_inputs((2,), 5, 6, 1)),
-            Check("d_head_one", "4 heads of width 1 on x (2, 6, 4)", 1, mha_inputs((2,), 6, 4, 4)),
-            Check("torch_causal", "agrees with torch.nn.MultiheadAttention (same weights, causal), "
-                  "x (3, 7, 16), 4 heads", 1, mha_inputs((3,), 7, 16, 4, causal=True), oracle=torch_oracle),
-            Check("torch_not_causal", "agrees with torch.nn.MultiheadAttention (same weights, causal=False), "
-                  "x (2, 2, 5, 12), 3 heads", 1, mha_inputs((2, 2), 5, 12, 3, causal=False), oracle=torch_oracle),
-            Check("inputs_unchanged", "x and the four weights are not modified", 1,
-                  mha_inputs((2,), 4, 6, 2), kind="unchanged"),
-        ),
-    ),
-    Part(
-        "attention_flops",
-        diagnose=diagnose_count,
-        checks=(
-            Check("small", "n=6, d_model=8, n_heads=2", 1, flops_inputs(6, 8, 2)),
-            Check("one_head", "n=5, d_model=12, n_heads=1", 1, flops_inputs(5, 12, 1)),
-            Check("long_sequence", "n=4096, d_model=64, n_heads=4 (the n^2 terms dominate)", 1,
-                  flops_inputs(4096, 64, 4)),
-            Check("gpt2_layer", "one GPT-2 small layer: n=1024, d_model=768, n_heads=12", 1,
-                  flops_inputs(1024, 768, 12)),
-            Check("counted", "n=7, d_model=16, n_heads=4, against the matrix products the reference layer "
-                  "really does (counted, not computed)", 1, flops_inputs(7, 16, 4), oracle=counted_flops_oracle),
-        ),
-    ),
-)
-
-UNIT = Unit(
-    UNIT_NAME,
-    cell_seconds=10,  # NumPy on small arrays: every cell of the exercise runs in well under a second
-    reference_cpu_seconds=0.1,  # 0.06 s measured (core.Unit.reference_cpu_seconds)
-    notebook_cpu_seconds=1.5,  # 1.43 s measured (core.Unit.notebook_cpu_seconds)
-    grader_imports=("torch",),  # torch_oracle's
-    parts=PARTS,
-    misconceptions=MISCONCEPTIONS,
-    sample_bug=SampleBug(
-        "split_heads",
-        "np.swapaxes(blocks, -3, -2)",
-        "blocks.reshape(*lead, n_heads, n, d_head)",
-        "split_without_transpose",
-    ),
-)
+UNIT = graded()

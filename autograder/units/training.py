@@ -10,7 +10,7 @@ them together.
 
 from __future__ import annotations
 
-from ..core import Unit
+from ..engine.spec import Unit
 from . import training_recipe, training_runs, training_tokenizer
 
 UNIT_NAME = "08_training"
@@ -20,8 +20,8 @@ UNIT = Unit(
     # The slowest cell of the solution notebook (train_loop's visible checks, three short runs)
     # computes for about 3 s on a laptop CPU; the demo is skipped while grading.
     cell_seconds=15,
-    reference_cpu_seconds=2.5,  # 2.29 s measured (core.Unit.reference_cpu_seconds)
-    notebook_cpu_seconds=6,  # 5.69 s measured (core.Unit.notebook_cpu_seconds)
+    reference_cpu_seconds=2.5,  # 2.29 s measured (spec.Unit.reference_cpu_seconds)
+    notebook_cpu_seconds=6,  # 5.69 s measured (spec.Unit.notebook_cpu_seconds)
     parts=training_tokenizer.PARTS + training_recipe.PARTS + training_runs.PARTS,
     misconceptions=training_tokenizer.MISCONCEPTIONS + training_recipe.MISCONCEPTIONS + training_runs.MISCONCEPTIONS,
     sample_bug=training_tokenizer.SAMPLE_BUG,

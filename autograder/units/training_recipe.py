@@ -35,8 +35,8 @@ import types
 import numpy as np
 import torch
 
-from ..compare import Tolerance, compare_arrays, describe
-from ..core import Check, Inputs, Misconception, Part, diagnose_facet, facet, facet_oracle
+from ..engine.compare import Tolerance, compare_arrays, describe
+from ..engine.spec import Check, Inputs, Misconception, Part, diagnose_facet, facet, facet_oracle
 
 MODEL = "coursekit.gpt.GPT"
 F32 = Tolerance(rtol=1e-5, atol=1e-5)  # a mean of float32 losses of a few nats
@@ -71,6 +71,94 @@ def number(value) -> float | None:
         except (TypeError, ValueError):
             return None
     return None
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded_parts() -> tuple[Part, ...]:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    CE_CHECKS = (
+        Check("rows", "logits (12, 7), targets (12,)", 0.75, logits_inputs((12, 7)), tol=F32, oracle=ce_oracle),
+        Check("batched", "logits (3, 5, 11), targets (3, 5): the mean over all 15 positions", 0.5,
+              logits_inputs((3, 5, 11)), tol=F32, oracle=ce_oracle),
+        Check("one_position", "one position: logits (9,), a 0-d target", 0.25, logits_inputs((9,)), tol=F32,
+              oracle=ce_oracle),
+        Check("huge_logits", "logits of +-1e4 among others of about 30: finite, and right", 1,
+              logits_inputs((6, 10), scale=30.0, huge=True), tol=Tolerance(rtol=1e-5, atol=1e-3), oracle=ce_oracle),
+        Check("gradient", "backward() through the loss gives (softmax - one_hot) / N on logits (2, 4, 6)", 1,
+              logits_inputs((2, 4, 6)), tol=F32, probe=ce_grad_probe, oracle=ce_grad_oracle),
+        Check("inputs_unchanged", "logits and targets are not modified", 0.5, logits_inputs((4, 5)), kind="unchanged"),
+    )
+
+    # lr_at takes five numbers and returns one: there are no inputs it could modify, so it has no
+    # "inputs unchanged" check (one that cannot fail).
+    LR_CHECKS = (
+        Check("warmup_and_cosine", "max_lr 6e-4, 10 warm-up steps, 100 steps, min_lr 6e-5: steps 0 to 150", 1,
+              schedule_inputs(6e-4, 10, 100, 6e-5, [0, 1, 5, 8, 9, 10, 11, 30, 54, 55, 97, 98, 99, 100, 150]), tol=LR,
+              probe=schedule_probe),
+        Check("no_warmup", "warmup_steps 0 (the decay starts at max_lr at step 0), min_lr 0", 0.5,
+              schedule_inputs(1.0, 0, 12, 0.0, range(0, 15)), tol=LR, probe=schedule_probe),
+        Check("short_run", "5 steps, 2 of them warm-up, min_lr 0.1", 0.5,
+              schedule_inputs(2.0, 2, 5, 0.1, range(0, 8)), tol=LR, probe=schedule_probe),
+        # Step 6 of this schedule is both warmup_steps and total_steps - 1: the contract puts max_lr and
+        # min_lr there at once, so it is not asked.
+        Check("warmup_to_the_end", "a warm-up of 6 steps in a run of 7, min_lr 0.05: the warm-up, then min_lr after",
+              0.5, schedule_inputs(0.3, 6, 7, 0.05, [0, 1, 2, 3, 4, 5, 7, 8, 30]), tol=LR, probe=schedule_probe),
+        Check("corners", "the exact rates at warmup_steps - 1 and warmup_steps (max_lr), total_steps - 1 and after "
+              "(min_lr), 3 warm-up steps of 40", 0.5,
+              schedule_inputs(1e-3, 3, 40, 1e-4, [2, 3, 38, 39, 40, 41, 1000]), tol=LR, probe=schedule_probe),
+    )
+
+    CLIP_CHECKS = (
+        Check("global", "gradients with a global norm 3 times max_norm, passed as model.parameters() (a generator): "
+              "every one scaled by the same factor", 1, clip_inputs(1 / 3), probe=clip_probe, oracle=facet_oracle),
+        Check("returns_norm", "the same call returns the total norm before clipping", 0.5,
+              clip_inputs(0.4, facet_name="norm"), probe=clip_probe, oracle=facet_oracle),
+        # A function that does nothing leaves small gradients alone too: this counts with the clipping.
+        Check("below_max_norm", "a global norm half of max_norm: nothing changes", 0.5, clip_inputs(2.0),
+              probe=clip_probe, oracle=facet_oracle, requires=("global",),
+              requires_why="a function that never touches the gradients leaves them alone here too; only "
+                           "beside clipping that works does leaving small gradients alone show anything"),
+        Check("skips_missing_grads", "the attention's parameters frozen (.grad None): skipped, the rest clipped "
+              "together", 0.5, clip_inputs(0.25, frozen="blocks.0.attn"), probe=clip_probe, oracle=facet_oracle),
+        Check("float64", "a float64 model", 0.25, clip_inputs(0.5, dtype="float64"), probe=clip_probe,
+              oracle=facet_oracle),
+        Check("inputs_unchanged", "the parameters themselves are not modified (only their gradients)", 0.25,
+              clip_inputs(0.2, facet_name="weights"), probe=clip_probe, oracle=facet_oracle, kind="unchanged"),
+    )
+
+    EVAL_CHECKS = (
+        Check("ragged", "93 ids, C = 8 (11 whole windows; the 5 ids left over make none), batches of 4 (4, 4, 3)", 1,
+              eval_inputs(93, 4), tol=LOSS, probe=eval_value_probe, oracle=eval_oracle),
+        Check("multiple_of_c", "48 ids, C = 8: 5 whole windows (the sixth would need a 49th id), batches of 2", 0.5,
+              eval_inputs(48, 2, mode="eval"), tol=LOSS, probe=eval_value_probe, oracle=eval_oracle),
+        Check("one_batch", "49 ids, C = 8: 6 windows, batch_size 10 (one batch)", 0.5, eval_inputs(49, 10), tol=LOSS,
+              probe=eval_value_probe, oracle=eval_oracle),
+        Check("eval_mode", "every layer call of the forward passes runs in eval mode (the model is handed in training "
+              "mode)", 0.5, eval_inputs(41, 2, facet_name="during"), probe=eval_mode_probe, oracle=facet_oracle),
+        Check("restores_mode", "the model is back in its mode after: training stays training, eval stays eval", 0.5,
+              eval_inputs(41, 3, facet_name="restores"), probe=eval_mode_probe, oracle=facet_oracle),
+        Check("no_gradients", "no autograd graph is kept (a model of 16 blocks, 256 windows of 4 ids in one batch: "
+              "the memory your process adds, measured from outside it, is far below what a graph of that forward pass "
+              "takes)", 0.5,
+              grad_inputs(), probe=no_grad_probe, oracle=facet_oracle),
+        Check("inputs_unchanged", "the model's weights are unchanged and hold no gradient after the call", 0.5,
+              eval_inputs(33, 2), probe=unchanged_probe, oracle=facet_oracle, kind="unchanged"),
+    )
+
+    return (
+        Part("cross_entropy", checks=CE_CHECKS, diagnose=diagnose_ce, forbid=CE_FORBID),
+        Part("lr_at", checks=LR_CHECKS, diagnose=diagnose_lr),
+        Part("clip_grad_norm", checks=CLIP_CHECKS, diagnose=lambda r, e, i, t: diagnose_facet(r, e, "the clipping"),
+             forbid=CLIP_FORBID),
+        # evaluate calls the contract's cross_entropy: the reference's while evaluate is graded
+        # CPU seconds for one call: an evaluation over overlapping windows (stride 1) of the no_gradients check's
+        # model runs 4 forward passes of it, about 2.5 s of the worker's (the grader computes its layers)
+        Part("evaluate", checks=EVAL_CHECKS, diagnose=diagnose_eval, uses=("cross_entropy",), seconds=10.0),
+    )
 
 
 # ---------------------------------------------------------------- cross_entropy
@@ -251,7 +339,7 @@ def clip_inputs(ratio, frozen=None, dtype="float32", facet_name="grads"):
     def make(rng):
         from coursekit.gpt import GPT
 
-        from ..weights import random_state
+        from ..engine.weights import random_state
 
         fields = CLIP_FIELDS
         state = random_state(GPT(types.SimpleNamespace(**fields)), int(rng.integers(0, 2**31)))
@@ -437,7 +525,7 @@ def eval_inputs(length, batch_size, mode="train", facet_name=None):
     def make(rng):
         from coursekit.gpt import GPT
 
-        from ..weights import random_state
+        from ..engine.weights import random_state
 
         fields = EVAL_FIELDS
         state = random_state(GPT(types.SimpleNamespace(**fields)), int(rng.integers(0, 2**31)))
@@ -488,7 +576,7 @@ def eval_value_probe(api, inputs: Inputs):
 
 def eval_oracle(inputs: Inputs):
     """The grader's own measurement: the same weights in float64, every whole window at once."""
-    from ..core import trusted_gpt
+    from ..trust.watch import trusted_gpt
 
     kw = inputs.kwargs
     C, data = kw["fields"]["context_length"], kw["data"]
@@ -838,84 +926,4 @@ MISCONCEPTIONS = (
 )
 
 
-# ---------------------------------------------------------------- the graded parts
-
-CE_CHECKS = (
-    Check("rows", "logits (12, 7), targets (12,)", 0.75, logits_inputs((12, 7)), tol=F32, oracle=ce_oracle),
-    Check("batched", "logits (3, 5, 11), targets (3, 5): the mean over all 15 positions", 0.5,
-          logits_inputs((3, 5, 11)), tol=F32, oracle=ce_oracle),
-    Check("one_position", "one position: logits (9,), a 0-d target", 0.25, logits_inputs((9,)), tol=F32,
-          oracle=ce_oracle),
-    Check("huge_logits", "logits of +-1e4 among others of about 30: finite, and right", 1,
-          logits_inputs((6, 10), scale=30.0, huge=True), tol=Tolerance(rtol=1e-5, atol=1e-3), oracle=ce_oracle),
-    Check("gradient", "backward() through the loss gives (softmax - one_hot) / N on logits (2, 4, 6)", 1,
-          logits_inputs((2, 4, 6)), tol=F32, probe=ce_grad_probe, oracle=ce_grad_oracle),
-    Check("inputs_unchanged", "logits and targets are not modified", 0.5, logits_inputs((4, 5)), kind="unchanged"),
-)
-
-# lr_at takes five numbers and returns one: there are no inputs it could modify, so it has no
-# "inputs unchanged" check (one that cannot fail).
-LR_CHECKS = (
-    Check("warmup_and_cosine", "max_lr 6e-4, 10 warm-up steps, 100 steps, min_lr 6e-5: steps 0 to 150", 1,
-          schedule_inputs(6e-4, 10, 100, 6e-5, [0, 1, 5, 8, 9, 10, 11, 30, 54, 55, 97, 98, 99, 100, 150]), tol=LR,
-          probe=schedule_probe),
-    Check("no_warmup", "warmup_steps 0 (the decay starts at max_lr at step 0), min_lr 0", 0.5,
-          schedule_inputs(1.0, 0, 12, 0.0, range(0, 15)), tol=LR, probe=schedule_probe),
-    Check("short_run", "5 steps, 2 of them warm-up, min_lr 0.1", 0.5,
-          schedule_inputs(2.0, 2, 5, 0.1, range(0, 8)), tol=LR, probe=schedule_probe),
-    # Step 6 of this schedule is both warmup_steps and total_steps - 1: the contract puts max_lr and
-    # min_lr there at once, so it is not asked.
-    Check("warmup_to_the_end", "a warm-up of 6 steps in a run of 7, min_lr 0.05: the warm-up, then min_lr after",
-          0.5, schedule_inputs(0.3, 6, 7, 0.05, [0, 1, 2, 3, 4, 5, 7, 8, 30]), tol=LR, probe=schedule_probe),
-    Check("corners", "the exact rates at warmup_steps - 1 and warmup_steps (max_lr), total_steps - 1 and after "
-          "(min_lr), 3 warm-up steps of 40", 0.5,
-          schedule_inputs(1e-3, 3, 40, 1e-4, [2, 3, 38, 39, 40, 41, 1000]), tol=LR, probe=schedule_probe),
-)
-
-CLIP_CHECKS = (
-    Check("global", "gradients with a global norm 3 times max_norm, passed as model.parameters() (a generator): "
-          "every one scaled by the same factor", 1, clip_inputs(1 / 3), probe=clip_probe, oracle=facet_oracle),
-    Check("returns_norm", "the same call returns the total norm before clipping", 0.5,
-          clip_inputs(0.4, facet_name="norm"), probe=clip_probe, oracle=facet_oracle),
-    # A function that does nothing leaves small gradients alone too: this counts with the clipping.
-    Check("below_max_norm", "a global norm half of max_norm: nothing changes", 0.5, clip_inputs(2.0),
-          probe=clip_probe, oracle=facet_oracle, requires=("global",),
-          requires_why="a function that never touches the gradients leaves them alone here too; only "
-                       "beside clipping that works does leaving small gradients alone show anything"),
-    Check("skips_missing_grads", "the attention's parameters frozen (.grad None): skipped, the rest clipped "
-          "together", 0.5, clip_inputs(0.25, frozen="blocks.0.attn"), probe=clip_probe, oracle=facet_oracle),
-    Check("float64", "a float64 model", 0.25, clip_inputs(0.5, dtype="float64"), probe=clip_probe,
-          oracle=facet_oracle),
-    Check("inputs_unchanged", "the parameters themselves are not modified (only their gradients)", 0.25,
-          clip_inputs(0.2, facet_name="weights"), probe=clip_probe, oracle=facet_oracle, kind="unchanged"),
-)
-
-EVAL_CHECKS = (
-    Check("ragged", "93 ids, C = 8 (11 whole windows; the 5 ids left over make none), batches of 4 (4, 4, 3)", 1,
-          eval_inputs(93, 4), tol=LOSS, probe=eval_value_probe, oracle=eval_oracle),
-    Check("multiple_of_c", "48 ids, C = 8: 5 whole windows (the sixth would need a 49th id), batches of 2", 0.5,
-          eval_inputs(48, 2, mode="eval"), tol=LOSS, probe=eval_value_probe, oracle=eval_oracle),
-    Check("one_batch", "49 ids, C = 8: 6 windows, batch_size 10 (one batch)", 0.5, eval_inputs(49, 10), tol=LOSS,
-          probe=eval_value_probe, oracle=eval_oracle),
-    Check("eval_mode", "every layer call of the forward passes runs in eval mode (the model is handed in training "
-          "mode)", 0.5, eval_inputs(41, 2, facet_name="during"), probe=eval_mode_probe, oracle=facet_oracle),
-    Check("restores_mode", "the model is back in its mode after: training stays training, eval stays eval", 0.5,
-          eval_inputs(41, 3, facet_name="restores"), probe=eval_mode_probe, oracle=facet_oracle),
-    Check("no_gradients", "no autograd graph is kept (a model of 16 blocks, 256 windows of 4 ids in one batch: "
-          "the memory your process adds, measured from outside it, is far below what a graph of that forward pass "
-          "takes)", 0.5,
-          grad_inputs(), probe=no_grad_probe, oracle=facet_oracle),
-    Check("inputs_unchanged", "the model's weights are unchanged and hold no gradient after the call", 0.5,
-          eval_inputs(33, 2), probe=unchanged_probe, oracle=facet_oracle, kind="unchanged"),
-)
-
-PARTS = (
-    Part("cross_entropy", checks=CE_CHECKS, diagnose=diagnose_ce, forbid=CE_FORBID),
-    Part("lr_at", checks=LR_CHECKS, diagnose=diagnose_lr),
-    Part("clip_grad_norm", checks=CLIP_CHECKS, diagnose=lambda r, e, i, t: diagnose_facet(r, e, "the clipping"),
-         forbid=CLIP_FORBID),
-    # evaluate calls the contract's cross_entropy: the reference's while evaluate is graded
-    # CPU seconds for one call: an evaluation over overlapping windows (stride 1) of the no_gradients check's
-    # model runs 4 forward passes of it, about 2.5 s of the worker's (the grader computes its layers)
-    Part("evaluate", checks=EVAL_CHECKS, diagnose=diagnose_eval, uses=("cross_entropy",), seconds=10.0),
-)
+PARTS = graded_parts()

@@ -54,10 +54,10 @@ import weakref
 import numpy as np
 import torch
 
-from ..compare import Tolerance, describe
-from ..core import Check, Inputs, Misconception, Part
-from ..sandbox import quiet
-from ..student import InProcessStudent, LocalHandle
+from ..engine.compare import Tolerance, describe
+from ..engine.spec import Check, Inputs, Misconception, Part
+from ..trust.sandbox import quiet
+from ..trust.student import InProcessStudent, LocalHandle
 
 MODEL = "coursekit.gpt.GPT"
 TINY = dict(vocab_size=32, context_length=16, d_model=16, n_layers=1, n_heads=2, d_ff=None, tie_weights=True)
@@ -70,6 +70,60 @@ LOSSES = Tolerance(rtol=1e-4, atol=1e-5)
 # The trained model's logits, against the reference's from the same start: correct loops written
 # differently (another cross_entropy's rounding) agree to about 1e-5; a real mistake moves them by 0.05 and more.
 LOGITS = Tolerance(rtol=1e-3, atol=1e-3)
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded_parts() -> tuple[Part, ...]:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    SAVE_CHECKS = (
+        probe_check("optimizer", "saved, then loaded in a new process into a fresh model and a fresh AdamW: the next "
+                    "optimizer step is the reference's (AdamW's state was saved)", 2, checkpoint_probe("optimizer")),
+        probe_check("inputs_unchanged", "saving leaves the model and the three generators as they were", 1,
+                    checkpoint_probe("saving_changes_nothing"), kind="unchanged"),
+    )
+
+    LOAD_CHECKS = (
+        probe_check("step", f"returns the step saved ({STEP})", 0.5, checkpoint_probe("step")),
+        probe_check("state", f"returns the state saved ({STATE})", 0.5, checkpoint_probe("state")),
+        probe_check("weights",
+                    "loaded into a fresh model built from another seed: the model holds the saved weights", 1,
+                    checkpoint_probe("weights")),
+        probe_check("generators", "Python's, NumPy's and torch's generators, moved after saving, draw again what they "
+                    "drew right after saving", 1.5, checkpoint_probe("generators")),
+        probe_check("inputs_unchanged", "a second load of the same checkpoint gives the same again (the file is left "
+                    "as it was)", 0.5, checkpoint_probe("loads_twice"), kind="unchanged"),
+    )
+
+    LOOP_CHECKS = (
+        probe_check("recipe", f"{RECIPE['total_steps']} steps from the grader's start and seed (warm-up, cosine, "
+                    "clipping at 0.5): the trained model predicts what the reference's does", 2, loop_probe("recipe")),
+        probe_check("records", "that run's train_losses, heldout_losses (after steps 6, 12, 18, 24) and best_step", 1,
+                    loop_probe("records")),
+        probe_check("early_stopping", "held-out text that gets worse as the model learns, evaluations every 3 steps, "
+                    "patience 2: the run stops where the reference's does", 1.5, loop_probe("stopping")),
+        probe_check("best_weights", "after early stopping, the model holds the best evaluation's weights", 1.5,
+                    loop_probe("best_weights")),
+        probe_check("resume", f"stopped after step {STOP_AT} and resumed from its checkpoint in a new process, in a "
+                    "model built from another seed: the same losses, best step and weights, to the bit, as the run "
+                    "that never stopped", 1.5, loop_probe("resume")),
+        probe_check("inputs_unchanged", "train_ids, heldout_ids and the config are left as they were", 0.5,
+                    loop_probe("inputs_unchanged"), kind="unchanged"),
+    )
+
+    return (
+        Part("save_checkpoint", checks=SAVE_CHECKS, diagnose=diagnose, seconds=10.0),
+        Part("load_checkpoint", checks=LOAD_CHECKS, diagnose=diagnose, seconds=10.0),
+        # lr_at is the reference's (called back: a number each step), so that a mistake there costs points
+        # once. clip_grad_norm, cross_entropy and evaluate stay the student's: they take the parameters or
+        # the model, or keep the autograd graph, none of which can cross to the grader (and torch's own
+        # clip_grad_norm_ rounds differently from the reference's, by more than the weights' tolerance).
+        Part("train_loop", checks=LOOP_CHECKS, diagnose=diagnose, uses=("lr_at",),
+             seconds=20.0),
+    )
 
 
 # ---------------------------------------------------------------- driving objects in the worker
@@ -263,7 +317,7 @@ _TRUSTED_RUNS: dict = {}  # (the reference's or a variant's train_loop, run name
 
 def _trusted_key(fn):
     """The course's own function behind a namespace entry: the reference's, or the catalogued variant
-    that core.variant_namespace wraps in a fresh lambda each time (found in its closure). Both live
+    that catalogue.variant_namespace wraps in a fresh lambda each time (found in its closure). Both live
     as long as the process, so their runs (the same every time) are kept."""
     cells = getattr(fn, "__closure__", None) or ()
     inner = tuple(id(c.cell_contents) for c in cells)
@@ -388,7 +442,7 @@ def _round_trip_of(api, inputs: Inputs) -> dict:
 
 
 def _is_reference(namespace: dict) -> bool:
-    from ..reference import load_reference
+    from ..engine.reference import load_reference
 
     ref = load_reference("08_training")
     return namespace.get("save_checkpoint") is ref.save_checkpoint and namespace.get("load_checkpoint") is \
@@ -674,7 +728,7 @@ def predictions(weights: dict):
 
 def heldout_loss(weights: dict, data: str) -> float | None:
     """The grader's own measurement: the reference's `evaluate` on the held-out ids, with these weights."""
-    from ..reference import load_reference
+    from ..engine.reference import load_reference
 
     model = trained_model(weights)
     if model is None:
@@ -978,7 +1032,7 @@ MISCONCEPTIONS = (
 )
 
 
-# ---------------------------------------------------------------- the graded parts
+# ---------------------------------------------------------------- what the graded parts use
 
 
 def _no_inputs(rng) -> Inputs:
@@ -989,47 +1043,4 @@ def probe_check(name, what, points, probe, **kwargs) -> Check:
     return Check(name, what, points, _no_inputs, probe=probe, **kwargs)
 
 
-SAVE_CHECKS = (
-    probe_check("optimizer", "saved, then loaded in a new process into a fresh model and a fresh AdamW: the next "
-                "optimizer step is the reference's (AdamW's state was saved)", 2, checkpoint_probe("optimizer")),
-    probe_check("inputs_unchanged", "saving leaves the model and the three generators as they were", 1,
-                checkpoint_probe("saving_changes_nothing"), kind="unchanged"),
-)
-
-LOAD_CHECKS = (
-    probe_check("step", f"returns the step saved ({STEP})", 0.5, checkpoint_probe("step")),
-    probe_check("state", f"returns the state saved ({STATE})", 0.5, checkpoint_probe("state")),
-    probe_check("weights", "loaded into a fresh model built from another seed: the model holds the saved weights", 1,
-                checkpoint_probe("weights")),
-    probe_check("generators", "Python's, NumPy's and torch's generators, moved after saving, draw again what they "
-                "drew right after saving", 1.5, checkpoint_probe("generators")),
-    probe_check("inputs_unchanged", "a second load of the same checkpoint gives the same again (the file is left "
-                "as it was)", 0.5, checkpoint_probe("loads_twice"), kind="unchanged"),
-)
-
-LOOP_CHECKS = (
-    probe_check("recipe", f"{RECIPE['total_steps']} steps from the grader's start and seed (warm-up, cosine, "
-                "clipping at 0.5): the trained model predicts what the reference's does", 2, loop_probe("recipe")),
-    probe_check("records", "that run's train_losses, heldout_losses (after steps 6, 12, 18, 24) and best_step", 1,
-                loop_probe("records")),
-    probe_check("early_stopping", "held-out text that gets worse as the model learns, evaluations every 3 steps, "
-                "patience 2: the run stops where the reference's does", 1.5, loop_probe("stopping")),
-    probe_check("best_weights", "after early stopping, the model holds the best evaluation's weights", 1.5,
-                loop_probe("best_weights")),
-    probe_check("resume", f"stopped after step {STOP_AT} and resumed from its checkpoint in a new process, in a "
-                "model built from another seed: the same losses, best step and weights, to the bit, as the run that "
-                "never stopped", 1.5, loop_probe("resume")),
-    probe_check("inputs_unchanged", "train_ids, heldout_ids and the config are left as they were", 0.5,
-                loop_probe("inputs_unchanged"), kind="unchanged"),
-)
-
-PARTS = (
-    Part("save_checkpoint", checks=SAVE_CHECKS, diagnose=diagnose, seconds=10.0),
-    Part("load_checkpoint", checks=LOAD_CHECKS, diagnose=diagnose, seconds=10.0),
-    # lr_at is the reference's (called back: a number each step), so that a mistake there costs points
-    # once. clip_grad_norm, cross_entropy and evaluate stay the student's: they take the parameters or
-    # the model, or keep the autograd graph, none of which can cross to the grader (and torch's own
-    # clip_grad_norm_ rounds differently from the reference's, by more than the weights' tolerance).
-    Part("train_loop", checks=LOOP_CHECKS, diagnose=diagnose, uses=("lr_at",),
-         seconds=20.0),
-)
+PARTS = graded_parts()

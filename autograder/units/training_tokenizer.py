@@ -25,9 +25,10 @@ from collections import Counter
 
 import numpy as np
 
-from ..compare import describe
-from ..core import Check, Inputs, Misconception, Part, ProbeFailed, SampleBug, diagnose_facet, facet, facet_oracle
-from ..reference import load_reference
+from ..engine.compare import describe
+from ..engine.probes import ProbeFailed
+from ..engine.reference import load_reference
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, diagnose_facet, facet, facet_oracle
 
 UNIT_NAME = "08_training"
 
@@ -49,6 +50,83 @@ FORBID = (
 
 def reference():
     return load_reference(UNIT_NAME)
+
+
+# ---------------------------------------------------------------- what is graded
+
+
+def graded_parts() -> tuple[Part, ...]:
+    """The graded parts: each check, what it shows, and its points. What the checks use (their
+    inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
+    called at the end of the module, once all of it is defined."""
+    PRETOKENIZE_CHECKS = (
+        Check("contractions", "contractions: \"I'm sure it's fine, they'll say we've seen what you'd've done. DON'T\"",
+              0.25, text_inputs("I'm sure it's fine, they'll say we've seen what you'd've done. DON'T SHOUT, IT'S "
+                                "RUDE; 'quoted' words")),
+        Check("unicode_letters", "letters of other scripts: café, naïve, 日本語, Ελληνικά", 0.25,
+              text_inputs("café naïve Straße 日本語 Ελληνικά ÇA VA? ﬁne")),
+        Check("digits", "digits and numbers: 2024, 3.14159, 1,000,000, ½ and ²", 0.25,
+              text_inputs("In 2024, pi was 3.14159 and 1,000,000 people paid £12.50 for ½ or x² or ٣")),
+        Check("white_space", "runs of spaces, tabs and newlines", 0.5,
+              text_inputs("a  b   c\t\td\n\n  e \n f\r\n   \tg  ")),
+        Check("code", "Python code with indentation", 0.5, text_inputs(CODE)),
+        Check("concatenation", "joined, the chunks give the text back (a text of every kind of character)", 0.25,
+              text_inputs(UNSEEN + CODE_UNSEEN), probe=concatenation_probe, oracle=facet_oracle),
+    )
+
+    TRAIN_CHECKS = (
+        Check("ties", "\"ab ab ba ba cd cd dc dc xy yx zab zab\": ties at every step", 1,
+              text_inputs("ab ab ba ba cd cd dc dc xy yx zab zab", 270)),
+        Check("overlapping", "runs of one letter (\"aaaa\": its pairs overlap)", 0.75,
+              text_inputs("aaaa aaa aaaaaa aa bb bbbbbb aaaaa baaab", 300)),
+        Check("prose", "English prose (about 800 characters), vocab_size 320", 1, text_inputs(PROSE, 320)),
+        Check("generated", "2,500 characters of made-up words at Zipf-like rates, vocab_size 340", 1,
+              generated_inputs(340)),
+        Check("code", "Python code, vocab_size 300", 1, text_inputs(CODE, 300)),
+        Check("utf8", "characters of 2, 3 and 4 UTF-8 bytes (é, 日, 🙂)", 0.75, text_inputs(UTF8, 300)),
+        Check("across_chunks", "\"x. y. x, y, 1.5 2.5 3.5\": pairs that win only if counted across chunks", 1,
+              text_inputs("x. y. x, y, x. 1.5 2.5 3.5 to.do to.do", 280)),
+        Check("early_stop", "\"hello hello\" with vocab_size 1000: training stops when no pair occurs twice", 0.75,
+              text_inputs("hello hello", 1000)),
+        Check("limit", "English prose with vocab_size 261: exactly 5 merges", 0.5, text_inputs(PROSE, 261)),
+        Check("no_merges", "vocab_size 256: no merges at all", 0.25, text_inputs("aaaa bbbb aaaa", 256)),
+    )
+
+    ENCODE_CHECKS = (
+        Check("unseen", "merges learned from English prose, text never seen (accents, CJK, emoji, CRLF)", 1,
+              encode_inputs(UNSEEN, PROSE, 320)),
+        Check("code", "merges learned from one piece of code, another piece of code encoded", 1,
+              encode_inputs(CODE_UNSEEN, CODE, 300)),
+        Check("order", "the merges' order matters: \"abcd\" runs whose pairs were learned in another order", 1,
+              encode_inputs("abcd bcd abc cd abcd dabc zabcd", "cd cd cd cd bc bc bc ab ab abcd abcd", 270)),
+        Check("overlapping", "runs of one letter, \"aaaaaaa\"", 0.5,
+              encode_inputs("aaaaaaa aaa baaaab aa", "aaaa aaa aaaaaa aa aaaa", 262)),
+        Check("utf8", "characters of 2, 3 and 4 bytes, merges learned from other such text", 0.5,
+              encode_inputs("héllo 日本 🙂🙂, naïve brûlée, 東京 日 ñ", UTF8, 300)),
+        Check("generated", "merges learned from 2,500 characters of made-up words (vocab_size 340), 1,700 others "
+              "encoded", 0.5, generated_encode_inputs(340)),
+        Check("empty", "the empty text", 0.25, encode_inputs("", PROSE, 280)),
+        Check("inputs_unchanged", "the merges list is not modified", 0.25, encode_inputs(UNSEEN, PROSE, 300),
+              probe=unchanged_probe("encode", "the merges"), oracle=facet_oracle, requires=("empty",)),
+    )
+
+    DECODE_CHECKS = (
+        Check("round_trip", "odd text, never seen: combining marks, ZWJ emoji, flags, RTL, NUL, \"\\r\\n\", U+10FFFD",
+              0.75, decode_inputs(ODD, PROSE, 300)),
+        Check("split_characters", "tokens that each hold half a character (' \\xc3' then '\\xa9')", 0.5,
+              decode_inputs(" é à ñ ü ö é", SPLIT_TRAIN, 262)),
+        Check("cut_character", "ids that end in the middle of '本': U+FFFD, not an error", 0.5,
+              decode_inputs("日本", UTF8, 300, cut=1)),
+        Check("inputs_unchanged", "the ids and merges are not modified", 0.25, decode_inputs(UNSEEN, PROSE, 300),
+              probe=unchanged_probe("decode", "the ids or the merges"), oracle=facet_oracle, requires=("round_trip",)),
+    )
+
+    return (
+        Part("pretokenize", checks=PRETOKENIZE_CHECKS, diagnose=diagnose_chunks),
+        Part("train_bpe", checks=TRAIN_CHECKS, diagnose=diagnose_merges, uses=("pretokenize",), forbid=FORBID),
+        Part("encode", checks=ENCODE_CHECKS, diagnose=diagnose_ids, uses=("pretokenize",), forbid=FORBID),
+        Part("decode", checks=DECODE_CHECKS, diagnose=diagnose_text, forbid=FORBID),
+    )
 
 
 # ---------------------------------------------------------------- the texts
@@ -647,81 +725,14 @@ MISCONCEPTIONS = (
 
 # ---------------------------------------------------------------- the checks
 
-PRETOKENIZE_CHECKS = (
-    Check("contractions", "contractions: \"I'm sure it's fine, they'll say we've seen what you'd've done. DON'T\"",
-          0.25, text_inputs("I'm sure it's fine, they'll say we've seen what you'd've done. DON'T SHOUT, IT'S "
-                            "RUDE; 'quoted' words")),
-    Check("unicode_letters", "letters of other scripts: café, naïve, 日本語, Ελληνικά", 0.25,
-          text_inputs("café naïve Straße 日本語 Ελληνικά ÇA VA? ﬁne")),
-    Check("digits", "digits and numbers: 2024, 3.14159, 1,000,000, ½ and ²", 0.25,
-          text_inputs("In 2024, pi was 3.14159 and 1,000,000 people paid £12.50 for ½ or x² or ٣")),
-    Check("white_space", "runs of spaces, tabs and newlines", 0.5,
-          text_inputs("a  b   c\t\td\n\n  e \n f\r\n   \tg  ")),
-    Check("code", "Python code with indentation", 0.5, text_inputs(CODE)),
-    Check("concatenation", "joined, the chunks give the text back (a text of every kind of character)", 0.25,
-          text_inputs(UNSEEN + CODE_UNSEEN), probe=concatenation_probe, oracle=facet_oracle),
-)
-
-TRAIN_CHECKS = (
-    Check("ties", "\"ab ab ba ba cd cd dc dc xy yx zab zab\": ties at every step", 1,
-          text_inputs("ab ab ba ba cd cd dc dc xy yx zab zab", 270)),
-    Check("overlapping", "runs of one letter (\"aaaa\": its pairs overlap)", 0.75,
-          text_inputs("aaaa aaa aaaaaa aa bb bbbbbb aaaaa baaab", 300)),
-    Check("prose", "English prose (about 800 characters), vocab_size 320", 1, text_inputs(PROSE, 320)),
-    Check("generated", "2,500 characters of made-up words at Zipf-like rates, vocab_size 340", 1,
-          generated_inputs(340)),
-    Check("code", "Python code, vocab_size 300", 1, text_inputs(CODE, 300)),
-    Check("utf8", "characters of 2, 3 and 4 UTF-8 bytes (é, 日, 🙂)", 0.75, text_inputs(UTF8, 300)),
-    Check("across_chunks", "\"x. y. x, y, 1.5 2.5 3.5\": pairs that win only if counted across chunks", 1,
-          text_inputs("x. y. x, y, x. 1.5 2.5 3.5 to.do to.do", 280)),
-    Check("early_stop", "\"hello hello\" with vocab_size 1000: training stops when no pair occurs twice", 0.75,
-          text_inputs("hello hello", 1000)),
-    Check("limit", "English prose with vocab_size 261: exactly 5 merges", 0.5, text_inputs(PROSE, 261)),
-    Check("no_merges", "vocab_size 256: no merges at all", 0.25, text_inputs("aaaa bbbb aaaa", 256)),
-)
-
-ENCODE_CHECKS = (
-    Check("unseen", "merges learned from English prose, text never seen (accents, CJK, emoji, CRLF)", 1,
-          encode_inputs(UNSEEN, PROSE, 320)),
-    Check("code", "merges learned from one piece of code, another piece of code encoded", 1,
-          encode_inputs(CODE_UNSEEN, CODE, 300)),
-    Check("order", "the merges' order matters: \"abcd\" runs whose pairs were learned in another order", 1,
-          encode_inputs("abcd bcd abc cd abcd dabc zabcd", "cd cd cd cd bc bc bc ab ab abcd abcd", 270)),
-    Check("overlapping", "runs of one letter, \"aaaaaaa\"", 0.5,
-          encode_inputs("aaaaaaa aaa baaaab aa", "aaaa aaa aaaaaa aa aaaa", 262)),
-    Check("utf8", "characters of 2, 3 and 4 bytes, merges learned from other such text", 0.5,
-          encode_inputs("héllo 日本 🙂🙂, naïve brûlée, 東京 日 ñ", UTF8, 300)),
-    Check("generated", "merges learned from 2,500 characters of made-up words (vocab_size 340), 1,700 others "
-          "encoded", 0.5, generated_encode_inputs(340)),
-    Check("empty", "the empty text", 0.25, encode_inputs("", PROSE, 280)),
-    Check("inputs_unchanged", "the merges list is not modified", 0.25, encode_inputs(UNSEEN, PROSE, 300),
-          probe=unchanged_probe("encode", "the merges"), oracle=facet_oracle, requires=("empty",)),
-)
-
 # Training text for decode: two-byte characters that share a first byte (0xC3), so the merges
 # join a space with half a character before they join the characters' own bytes.
 SPLIT_TRAIN = "é à ñ ü ö ç è ê ô é à ñ ü ö ç"
 ODD = ("e\u0301 (combining accent), 👩‍👩‍👧 (a family), 🇫🇷, \u200b(zero width) \ufeffBOM, \x00NUL, \r\n"
        "مرحبا, עברית, 𝔘𝔫𝔦𝔠𝔬𝔡𝔢, \U0010fffd, \ufffd itself.")
 
-DECODE_CHECKS = (
-    Check("round_trip", "odd text, never seen: combining marks, ZWJ emoji, flags, RTL, NUL, \"\\r\\n\", U+10FFFD",
-          0.75, decode_inputs(ODD, PROSE, 300)),
-    Check("split_characters", "tokens that each hold half a character (' \\xc3' then '\\xa9')", 0.5,
-          decode_inputs(" é à ñ ü ö é", SPLIT_TRAIN, 262)),
-    Check("cut_character", "ids that end in the middle of '本': U+FFFD, not an error", 0.5,
-          decode_inputs("日本", UTF8, 300, cut=1)),
-    Check("inputs_unchanged", "the ids and merges are not modified", 0.25, decode_inputs(UNSEEN, PROSE, 300),
-          probe=unchanged_probe("decode", "the ids or the merges"), oracle=facet_oracle, requires=("round_trip",)),
-)
-
-PARTS = (
-    Part("pretokenize", checks=PRETOKENIZE_CHECKS, diagnose=diagnose_chunks),
-    Part("train_bpe", checks=TRAIN_CHECKS, diagnose=diagnose_merges, uses=("pretokenize",), forbid=FORBID),
-    Part("encode", checks=ENCODE_CHECKS, diagnose=diagnose_ids, uses=("pretokenize",), forbid=FORBID),
-    Part("decode", checks=DECODE_CHECKS, diagnose=diagnose_text, forbid=FORBID),
-)
-
 SAMPLE_BUG = SampleBug("train_bpe", "self.key = (self.count, token_bytes[pair[0]], token_bytes[pair[1]])",
                        "self.key = (self.count, pair[0], pair[1])", "tie_by_ids")
 
+
+PARTS = graded_parts()

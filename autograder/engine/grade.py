@@ -1,0 +1,234 @@
+"""The grading engine every unit shares.
+
+A unit (`autograder/units/<name>.py`) declares, for each function of the contract (a
+`Part`): its checks (inputs with a fixed seed, points, tolerance), how to compare a result
+with the expected one (`diagnose`), and a catalogue of `Misconception`s: wrong variants
+built from the reference. Grading a part calls the student's function and the reference on
+the same inputs; when they disagree, the engine runs every catalogued variant on those
+inputs, and if the student's answer matches one it names the mistake and how to fix it.
+
+The student's function never runs here: `student` is a `Student` (`student.py`), whose
+code runs in a sandboxed worker and whose results come back as data. The reference and
+the variants are the course's own code and run in this process."""
+
+from __future__ import annotations
+
+from ..trust.sandbox import quiet
+from ..trust.student import Outcome
+from .catalogue import Seen, explain  # CROSS autograder.engine.catalogue
+from .originality import copies_course_class, imports_course_module  # CROSS autograder.engine.originality
+from .probes import (  # CROSS autograder.engine.probes
+    StudentApi,
+    call_trusted,
+    probe_student,
+    probe_trusted,
+    same_arrays,
+)
+from .reference import load_reference
+from .spec import (  # CROSS autograder.engine.spec
+    CHECK_SECONDS,
+    Check,
+    CheckResult,
+    Inputs,
+    Part,
+    Unit,
+    exception_text,
+    seeded_rng,
+)
+
+
+def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECONDS,
+               name_mistakes: bool = True) -> list[CheckResult]:
+    """Run every check of one part against the student's function `part_name`.
+
+    `student` is a `Student` (a submission in a sandboxed worker), or, in the course's own
+    tests of the graders, an `InProcessStudent` holding trusted code. Once every check has
+    run, a failed part is compared with the catalogue of mistakes (`explain`); with
+    `name_mistakes=False` it is not (a faster grade, for the course's own measurements).
+    """
+    part = unit.part(part_name)
+    seconds = max(seconds, part.seconds or 0.0)
+    ref = load_reference(unit.name)
+    reference_fn = getattr(ref, part.name)
+    kind = student.kind(part.name)
+    # While this part is graded, the contract functions it may call are the reference's,
+    # so that a bug in `softmax` costs points once, not again in every caller.
+    stubs = {name: getattr(ref, name) for name in part.uses if hasattr(ref, name)}
+    stubs.update(dict(part.library_stubs))
+    # Say so when a failure is reported: the helpers' behaviour in it is the reference's, not the student's.
+    helpers = [f"`{n}`" for n in sorted(stubs)]
+    listed = ", ".join(helpers[:-1]) + " and " + helpers[-1] if len(helpers) > 1 else "".join(helpers)
+    swapped_note = (f" (While `{part.name}` was checked, the {listed} it calls "
+                    f"{'was' if len(helpers) == 1 else 'were'} the reference's, not yours: this is about "
+                    f"`{part.name}` itself.)") if helpers else ""
+
+    def result(check, passed, message, mistake=None):
+        return CheckResult(
+            name=f"{part.name}/{check.name}",
+            points=float(check.points) if passed else 0.0,
+            max_points=float(check.points),
+            passed=passed,
+            message=message,
+            misconception=mistake.name if mistake else None,
+        )
+
+    source = student.source() if hasattr(student, "source") else ""
+    given = [name for name in part.not_from if copies_course_class(source, name)]
+    if given:
+        return [result(check, False, f"`{part.name}` is copied from the course's ready-made `{given[0]}` (given to "
+                       "later units), not your own: write the class here") for check in part.checks]
+    modules = (*part.not_imported, *(name.rsplit(".", 1)[0] for name in part.not_from))
+    imported = [module for module in modules if imports_course_module(source, module)]
+    if imported:
+        return [result(check, False, f"the submission imports the course's `{imported[0]}`, whose ready-made "
+                       f"classes are given to later units: write `{part.name}` yourself, without that import")
+                for check in part.checks]
+    if student_exhausted(student):
+        return [result(check, False, f"not run: {student_exhausted(student)}") for check in part.checks]
+    if kind not in ("function", "class"):
+        if kind != "missing":
+            why = f"`{part.name}` is {kind}, not a function"
+        elif any(note.startswith(f"{part.name} raised NotImplementedError") for note in getattr(student, "notes", [])):
+            why = (f"`{part.name}` is not defined: its cell still raises NotImplementedError (replace that line "
+                   "with your code)")
+        else:
+            why = f"`{part.name}` is not defined: did the cell that defines it run without errors?"
+        return [result(check, False, why) for check in part.checks]
+
+    results = []
+    seen: dict[int, Seen] = {}  # index in `results` -> what that value check saw
+    unfinished = False  # NotImplementedError somewhere: an unfinished part, not a mistake to name
+    gave_up = None  # once the function times out, its other checks are not run
+    for check in part.checks:
+        if not gave_up and student_exhausted(student):  # used up by an earlier check of this part
+            gave_up = f"not run: {student_exhausted(student)}"
+        if gave_up:
+            results.append(result(check, False, gave_up))
+            continue
+        inputs = check.make_inputs(seeded_rng(unit.name, part.name, check.name))
+
+        def run_check(check=check, inputs=inputs):
+            given = inputs.copy()
+            if check.probe is not None:
+                return probe_student(check.probe, StudentApi(student, stubs, part.forbid, seconds), given)
+            return student.call(part.name, *given.args, seconds=seconds, stubs=stubs, forbid=part.forbid,
+                                return_args=check.kind == "unchanged", **given.kwargs)
+
+        outcome = run_check()
+        if outcome.retry:
+            # Once more, in the fresh worker that replaced the one that failed: what went wrong
+            # (no CPU at all for a while, a killed worker) may have been the machine's doing. A
+            # call that used up its CPU time is not run again: it would use it up again.
+            outcome = run_check()
+        if outcome.over_budget:
+            gave_up = f"not run: {outcome.error}"
+            results.append(result(check, False, f"{check.what}: stopped: {outcome.error}"))
+            continue
+        if outcome.timed_out:
+            gave_up = f"not run: `{part.name}` did not finish on an earlier check (an infinite loop?)"
+            results.append(result(
+                check, False,
+                f"{check.what}: `{part.name}` {_timeout_text(outcome, seconds)} (an infinite loop, or a loop "
+                "that never ends for these shapes?)",
+            ))
+            continue
+        if outcome.error_type == "NotImplementedError":
+            unfinished = True
+        if check.kind == "unchanged" and check.probe is None:
+            results.append(result(check, *judge_unchanged(check, inputs, outcome)))
+            continue
+        if check.oracle is not None:
+            expected = call_trusted(lambda *a, o=check.oracle, **k: o(Inputs(a, k)), inputs.copy())
+        elif check.probe is not None:
+            expected = probe_trusted(check.probe, dict(vars(ref)), inputs.copy())
+        else:
+            expected = call_trusted(reference_fn, inputs.copy())
+        if expected.error is not None:
+            raise RuntimeError(f"the reference {part.name} failed on check {check.name}: "
+                               f"{exception_text(expected.error)}")
+        if outcome.error_type == "NotImplementedError":
+            problem = (f"`{part.name}` still raises NotImplementedError: replace that line "
+                       "with your code")
+        elif outcome.error is not None:
+            problem = f"raised {outcome.error}"
+        else:
+            with quiet():
+                problem = part.diagnose(outcome.value, expected.value, inputs, check.tol)
+        seen[len(results)] = Seen(check, inputs, expected.value, None if problem is None else outcome)
+        if problem is None:
+            results.append(result(check, True, f"{check.what}: correct"))
+            continue
+        results.append(result(check, False, f"{check.what}: {problem}."))
+
+    failed = [i for i, s in seen.items() if not s.passed]
+    mistake = explain(unit, part, ref, list(seen.values())) if name_mistakes and failed and not unfinished else None
+    for i in failed:
+        if mistake:
+            results[i].message += f" This looks like {mistake.description}. {mistake.hint}"
+            results[i].misconception = mistake.name
+        if swapped_note and not unfinished:
+            results[i].message += swapped_note
+    return apply_requirements(part, results)
+
+
+def student_exhausted(student) -> str | None:
+    """Why none of the submission's code runs any more (its grading's budget is used up), or None.
+    Trusted code under the student interface (InProcessStudent) has no budget."""
+    return getattr(student, "exhausted", None)
+
+
+def _timeout_text(outcome: Outcome, seconds: float) -> str:
+    if outcome.error and "without computing" in outcome.error:
+        return "waited without computing, twice, the second time in a fresh process (a sleep? a read that never ends?)"
+    return f"did not finish within {seconds:g} s of computing time"
+
+
+def judge_unchanged(check: Check, inputs: Inputs, outcome: Outcome) -> tuple[bool, str]:
+    """(passed, message) for a check that the inputs are left as they were.
+
+    A call that raised is judged on the inputs as it left them, when the worker could send
+    them back: the exception costs the value checks, not this one as well.
+    """
+    after_kwargs = outcome.kwargs_after if isinstance(outcome.kwargs_after, dict) else {}
+    unchanged = same_arrays(outcome.args_after, inputs.args) and same_arrays(
+        [after_kwargs.get(k) for k in inputs.kwargs], list(inputs.kwargs.values()))
+    if outcome.error is not None and not (isinstance(outcome.args_after, tuple | list) and outcome.args_after):
+        return False, f"{check.what}: raised {outcome.error}"
+    if not unchanged:
+        return False, (f"{check.what}: your function changed its input arrays in place "
+                       "(use `x = x - ...` rather than `x -= ...` on an argument)")
+    if outcome.error is not None:
+        return True, (f"{check.what}: inputs left untouched (it raised {outcome.error}: that costs "
+                      "the value checks, not this one)")
+    return True, f"{check.what}: inputs left untouched"
+
+
+def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResult]:
+    """Void the points of a passed check whose required checks failed."""
+    passed = {check.name: r.passed for check, r in zip(part.checks, results, strict=True)}
+    what = {check.name: check.what for check in part.checks}
+    for check, r in zip(part.checks, results, strict=True):
+        unmet = [name for name in check.requires if not passed[name]]
+        if r.passed and unmet:
+            r.passed, r.points = False, 0.0
+            r.message += (
+                f", but not counted yet: {check.requires_why or 'an answer that never changes would pass it too'}, "
+                f"so this point counts once this check passes as well: {what[unmet[0]]}"
+            )
+    # Leaving the inputs alone is only worth a point in a function that does something:
+    # one that raises, or returns nonsense, everywhere would otherwise earn it for free. (After
+    # the requirements: a value check voided above does not count as doing something.)
+    any_value_passed = any(r.passed for check, r in zip(part.checks, results, strict=True) if check.kind == "value")
+    for check, r in zip(part.checks, results, strict=True):
+        if check.kind == "unchanged" and r.passed and not any_value_passed:
+            r.passed, r.points = False, 0.0
+            r.message += (", but not counted: this point counts once at least one of the other checks passes "
+                          "(a function that fails them all leaves its inputs untouched too)")
+    return results
+
+
+def grade_student(unit: Unit, student, seconds: float = CHECK_SECONDS) -> list[CheckResult]:
+    results = []
+    for part in unit.parts:
+        results += grade_part(unit, part.name, student, seconds)
+    return results

@@ -15,7 +15,7 @@ from ..paths import solution_notebook
 from ..trust.sandbox import TimeLimitExceeded, quiet, time_limit
 from ..trust.submission import code_cells
 
-CELL_SECONDS = 60.0
+REFERENCE_CELL_SECONDS = 60.0  # one cell of a solution notebook, run here to load the reference (trusted code)
 
 
 class ReferenceBroken(RuntimeError):
@@ -29,7 +29,7 @@ def load_reference(unit: str) -> SimpleNamespace:
     for label, source in code_cells(path, reference_only=True):
         try:
             code = compile(source, f"<{path.name}: {label}>", "exec", dont_inherit=True)
-            with quiet(), time_limit(CELL_SECONDS):
+            with quiet(), time_limit(REFERENCE_CELL_SECONDS):
                 exec(code, namespace)
         except (Exception, TimeLimitExceeded) as err:
             raise ReferenceBroken(f"the reference solution {path} failed in {label}: "

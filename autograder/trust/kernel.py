@@ -58,11 +58,11 @@ from nbgrader.preprocessors import Execute
 from traitlets import Callable, Instance, Integer, List, TraitError, Tuple, Type, Unicode, default, validate
 
 from .budget import Meter
-from .sandbox import Limits, SandboxedProcess, blocked_seconds, own_thread_clock, sandbox_problem
+from .sandbox import CELL_SECONDS, Limits, SandboxedProcess, blocked_seconds, own_thread_clock, sandbox_problem
 
 # One kernel runs a whole notebook, where a sandboxed worker serves a few checks: its CPU
-# budget covers every cell running to nbgrader's 30-second timeout in a long notebook.
-KERNEL_LIMITS = replace(Limits(), cpu_seconds=30 * 60)
+# budget covers every cell of a long notebook (60 cells) running to the per-cell limit.
+KERNEL_LIMITS = replace(Limits(), cpu_seconds=int(60 * CELL_SECONDS))
 
 # Variables of the grader's environment that the kernel also sees (it gets a fresh
 # environment, not the grader's). nbgrader sets NBGRADER_EXECUTION while autograding;

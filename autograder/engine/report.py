@@ -13,6 +13,10 @@ def total(results: list[CheckResult]) -> tuple[float, float]:
     return sum(r.points for r in results), sum(r.max_points for r in results)
 
 
+def plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
 def fmt(points: float) -> str:
     return f"{points:g}"
 

@@ -20,12 +20,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ..grading.run import GradingFailed, start_grading
+from ..engine.report import grade_cell_text
 from ..engine.spec import CheckResult
-from ..engine.report import fmt, summary
+from ..grading import pool
+from ..grading.run import GradingFailed, start_grading
 from ..trust.submission import nbgrader_meta
 from ..units import UNITS, get_unit
-from ..grading import pool  # EXTRA
 
 ALL = "all"  # a request for every part of the unit
 MAX_NOTEBOOK_BYTES = 4 * 1024 * 1024  # an exercise notebook without outputs is 20-60 KB
@@ -137,8 +137,6 @@ def check_task(task: dict) -> dict:
     {"ok": False, "kind": "student"|"grader", "error"} out."""
     unit = task["unit"]
     if task.get("fork", True):
-        from ..nbgrader import autograde
-
         pool.warm_up_checks(unit)
     try:
         parts = parts_asked(unit, task.get("part"))

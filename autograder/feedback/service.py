@@ -105,9 +105,10 @@ import tornado.iostream
 import tornado.netutil
 import tornado.web
 
-from . import reports
+from ..engine.report import plural
 from . import db as records
-from .db import DEFAULT_DB, Database, class_report, write_tokens_csv
+from . import reports
+from .db import DEFAULT_DB, Database, write_tokens_csv
 
 DEFAULT_PORT = 8765
 DEFAULT_LIMIT = 10

@@ -29,6 +29,7 @@ import torch
 
 from ..engine.compare import Tolerance, describe
 from ..engine.probes import ProbeFailed
+from ..engine.report import plural
 from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit, diagnose_facet, facet, facet_oracle
 from ..engine.weights import random_state
 
@@ -347,7 +348,7 @@ def _positions_message(seen, T0) -> str:
                     "tokens already generated" if positions and positions[0] == 0 and expected_next > 0 else "")
             return f"{where} looked up positions {shown} in `pos_emb`, expected {want[:8]}{hint}"
         expected_next += len(positions)
-    return f"`pos_emb` was asked for {_plural(expected_next, 'position')} in all, expected every position once"
+    return f"`pos_emb` was asked for {plural(expected_next, 'position')} in all, expected every position once"
 
 
 def _keys_message(rows, fed, T0, needed) -> str:
@@ -362,17 +363,13 @@ def _keys_message(rows, fed, T0, needed) -> str:
             if step is None:
                 step = next((i for i, r in enumerate(calls) if i > 0 and r > 1), len(calls) - 1)
             return (f"block {layer}'s `attn.{kind}` computed {total} positions in all for a prompt of "
-                    f"{_plural(T0, 'token')} and {_plural(needed - T0 + 1, 'new token')} ({_which_step(step, fed, T0)} "
-                    f"alone: {_plural(calls[step], 'position')}): each step should compute keys and values for its new "
+                    f"{plural(T0, 'token')} and {plural(needed - T0 + 1, 'new token')} ({_which_step(step, fed, T0)} "
+                    f"alone: {plural(calls[step], 'position')}): each step should compute keys and values for its new "
                     "token only and read the earlier ones from the cache")
         if total < needed:
-            return (f"block {layer}'s `attn.{kind}` computed only {_plural(total, 'position')}, but {needed} were fed "
+            return (f"block {layer}'s `attn.{kind}` computed only {plural(total, 'position')}, but {needed} were fed "
                     "to the model: every position's keys and values are needed once")
     return "the keys and values were not computed once per position"
-
-
-def _plural(count: int, noun: str) -> str:
-    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
 
 
 def _which_step(step: int, fed: list, T0: int) -> str:
@@ -431,10 +428,10 @@ def _steps_facet(calls, tokens, inputs, new) -> dict:
     else:
         bad = next(i for i, v in enumerate(verdicts) if v is not True)
         length, last = T0 + bad, latest.get(T0 + bad)
-        after = "the prompt" if bad == 0 else f"the prompt and {_plural(bad, 'new token')}"
+        after = "the prompt" if bad == 0 else f"the prompt and {plural(bad, 'new token')}"
         if verdicts[bad] is None:
             message = (f"no logits were computed after {after}, where new token {bad + 1} is chosen: `lm_head` ran "
-                       f"{_plural(len(calls), 'time')} for {_plural(new, 'new token')}, and every new token needs "
+                       f"{plural(len(calls), 'time')} for {plural(new, 'new token')}, and every new token needs "
                        "the logits of the position before it")
         elif isinstance(last, torch.Tensor) and tuple(last.shape) == tuple(full[:, length - 1].shape):
             gap = float((last.float() - full[:, length - 1]).abs().max())

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from ..trust.sandbox import TimeLimitExceeded, quiet
 from ..trust.student import Outcome
 from .compare import Tolerance
-from .probes import Trusted, call_trusted, probe_trusted  # CROSS autograder.engine.probes
-from .spec import Check, Inputs, Misconception, Part, Unit  # CROSS autograder.engine.spec
+from .probes import Trusted, call_trusted, probe_trusted
+from .spec import Check, Inputs, Misconception, Part, Unit
 
 
 def variant_namespace(part: Part, ref, variant) -> dict:

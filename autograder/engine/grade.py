@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from ..trust.sandbox import quiet
 from ..trust.student import Outcome
-from .catalogue import Seen, explain  # CROSS autograder.engine.catalogue
-from .originality import copies_course_class, imports_course_module  # CROSS autograder.engine.originality
-from .probes import (  # CROSS autograder.engine.probes
+from .catalogue import Seen, explain
+from .originality import copies_course_class, imports_course_module
+from .probes import (
     StudentApi,
     call_trusted,
     probe_student,
@@ -25,7 +25,7 @@ from .probes import (  # CROSS autograder.engine.probes
     same_arrays,
 )
 from .reference import load_reference
-from .spec import (  # CROSS autograder.engine.spec
+from .spec import (
     CHECK_SECONDS,
     Check,
     CheckResult,

@@ -11,8 +11,8 @@ import numpy as np
 
 from ..trust.sandbox import quiet, time_limit
 from ..trust.student import Outcome
-from ..trust.watch import TensorCensus, install_watch, trusted_gpt  # CROSS autograder.trust.watch
-from .spec import Inputs  # CROSS autograder.engine.spec
+from ..trust.watch import TensorCensus, install_watch, trusted_gpt
+from .spec import Inputs
 
 
 def call_trusted(fn, inputs: Inputs) -> Trusted:

@@ -12,7 +12,7 @@ import sys
 
 from ..engine.report import fmt, summary
 from ..units import get_unit
-from .run import GradingFailed, check, results_of  # CROSS autograder.grading.run
+from .run import GradingFailed, check, results_of
 
 
 def main(argv: list[str]) -> int:

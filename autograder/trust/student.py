@@ -72,7 +72,7 @@ def launch_worker(limits: Limits, hidden: tuple[str, ...]) -> tuple[SandboxedPro
         # Inside the sandbox the worker sees its own files and nothing else of autograder/.
         script = "/opt/grader-worker/main.py" if sandbox_problem() is None else str(WORKER_DIR / "main.py")
         mounts = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}")
-                       for name in ("main.py", "channel.py", "virtual_clock.py"))
+                       for name in ("main.py", "channel.py", "virtual_clock.py", "stand_ins.py"))
         argv = [sys.executable, "-I", "-B", script, str(request_r), str(reply_w)]
         process = SandboxedProcess(argv, limits=limits, pass_fds=(request_r, reply_w), mounts=mounts,
                                    hidden=tuple(hidden))

@@ -117,13 +117,18 @@ def graded_parts() -> tuple[Part, ...]:
     return (
         Part("save_checkpoint", checks=SAVE_CHECKS, diagnose=diagnose, seconds=10.0),
         Part("load_checkpoint", checks=LOAD_CHECKS, diagnose=diagnose, seconds=10.0),
-        # lr_at is the reference's (called back: a number each step), so that a mistake there costs points
-        # once. clip_grad_norm, cross_entropy and evaluate stay the student's: they take the parameters or
-        # the model, or keep the autograd graph, none of which can cross to the grader (and torch's own
-        # clip_grad_norm_ rounds differently from the reference's, by more than the weights' tolerance).
-        Part("train_loop", checks=LOOP_CHECKS, diagnose=diagnose, uses=("lr_at",),
+        # Every contract function train_loop calls is not the student's while it is graded, so that a
+        # mistake there costs its own part's points once: lr_at is the reference's (called back, a
+        # number each step); the others take the parameters or the model, or keep the autograd graph,
+        # none of which can cross to the grader, so library code in the worker stands in for them
+        # (trust/worker/stand_ins.py, the reference's arithmetic to the bit).
+        Part("train_loop", checks=LOOP_CHECKS, diagnose=diagnose, uses=("lr_at",), library_stubs=RECIPE_STAND_INS,
              seconds=20.0),
     )
+
+
+RECIPE_STAND_INS = tuple((name, f"autograder.trust.worker.stand_ins.{name}") for name in
+                         ("cross_entropy", "clip_grad_norm", "evaluate", "save_checkpoint", "load_checkpoint"))
 
 
 # ---------------------------------------------------------------- driving objects in the worker

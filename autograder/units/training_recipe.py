@@ -114,7 +114,11 @@ def graded_parts() -> tuple[Part, ...]:
 
     CLIP_CHECKS = (
         Check("global", "gradients with a global norm 3 times max_norm, passed as model.parameters() (a generator): "
-              "every one scaled by the same factor", 1, clip_inputs(1 / 3), probe=clip_probe, oracle=facet_oracle),
+              "every one scaled by the same factor", 0.75, clip_inputs(1 / 3), probe=clip_probe, oracle=facet_oracle),
+        # A function that never touches .grad leaves the tensors where they were too: this counts with the clipping.
+        Check("in_place", "the same call scales the gradient tensors themselves (p.grad stays the tensor it was)", 0.25,
+              clip_inputs(1 / 3, facet_name="in_place"), probe=clip_probe, oracle=facet_oracle, requires=("global",),
+              requires_why="a function that never touches the gradients leaves each .grad the tensor it was too"),
         Check("returns_norm", "the same call returns the total norm before clipping", 0.5,
               clip_inputs(0.4, facet_name="norm"), probe=clip_probe, oracle=facet_oracle),
         # A function that does nothing leaves small gradients alone too: this counts with the clipping.
@@ -124,8 +128,11 @@ def graded_parts() -> tuple[Part, ...]:
                            "beside clipping that works does leaving small gradients alone show anything"),
         Check("skips_missing_grads", "the attention's parameters frozen (.grad None): skipped, the rest clipped "
               "together", 0.5, clip_inputs(0.25, frozen="blocks.0.attn"), probe=clip_probe, oracle=facet_oracle),
-        Check("float64", "a float64 model", 0.25, clip_inputs(0.5, dtype="float64"), probe=clip_probe,
-              oracle=facet_oracle),
+        # One parameter with a gradient: clipping each tensor by its own norm is then right too, and
+        # a mistake named elsewhere is not charged again here.
+        Check("float64_tiny_norm", f"a float64 model with one gradient, `{TINY_ONLY}`, whose norm is {TINY_NORM:g}: "
+              "there the + 1e-6 counts", 0.25, clip_inputs(0.5, dtype="float64", norm=TINY_NORM, only=TINY_ONLY),
+              probe=clip_probe, oracle=facet_oracle),
         Check("inputs_unchanged", "the parameters themselves are not modified (only their gradients)", 0.25,
               clip_inputs(0.2, facet_name="weights"), probe=clip_probe, oracle=facet_oracle, kind="unchanged"),
     )
@@ -332,9 +339,15 @@ def lr_with(warmup="right", denominator="right", floor=True, after="min"):
 CLIP_FIELDS = dict(vocab_size=13, context_length=6, d_model=8, n_layers=1, n_heads=2, d_ff=12, tie_weights=False)
 
 
-def clip_inputs(ratio, frozen=None, dtype="float32", facet_name="grads"):
+TINY_NORM = 2e-6  # a global norm this small makes max_norm / total_norm twice max_norm / (total_norm + 1e-6)
+TINY_ONLY = "blocks.0.ffn.fc2.weight"
+
+
+def clip_inputs(ratio, frozen=None, dtype="float32", facet_name="grads", norm=None, only=None):
     """The course's GPT with weights, ids and an upstream gradient drawn from the check's seed;
-    max_norm is `ratio` times the gradients' global norm (below 1: they must shrink)."""
+    max_norm is `ratio` times the gradients' global norm (below 1: they must shrink), which is
+    `norm` where given (the upstream gradient scaled to give it). `frozen`: a submodule whose
+    parameters get no gradient; `only`: the one parameter that gets one."""
 
     def make(rng):
         from coursekit.gpt import GPT
@@ -346,7 +359,7 @@ def clip_inputs(ratio, frozen=None, dtype="float32", facet_name="grads"):
         ids = torch.from_numpy(rng.integers(0, fields["vocab_size"], (2, fields["context_length"]))).long()
         upstream = torch.from_numpy(rng.normal(size=(2, fields["context_length"], fields["vocab_size"]))).float()
         return Inputs((), {"state": state, "ids": ids, "upstream": upstream, "ratio": ratio, "frozen": frozen,
-                           "dtype": dtype, "facet": facet_name})
+                           "dtype": dtype, "facet": facet_name, "norm": norm, "only": only})
 
     return make
 
@@ -361,14 +374,39 @@ def clip_probe(api, inputs: Inputs):
         api.method(model, "double", keep=True)
     if kw["frozen"]:  # these parameters get no gradient: .grad stays None
         api.method(api.method(model, "get_submodule", kw["frozen"], keep=True), "requires_grad_", False, keep=True)
+    if kw.get("only"):
+        api.method(model, "requires_grad_", False, keep=True)
+        api.method(api.method(model, "get_parameter", kw["only"], keep=True), "requires_grad_", True, keep=True)
     upstream = kw["upstream"].double() if kw["dtype"] == "float64" else kw["upstream"]
     api.forward(model, kw["ids"], backward=upstream)
     before = grad_dict(api.grads(model))
     if before is None:
         return facet(False, "unreadable", "the grader could not read the model's gradients")
+    if kw.get("norm"):  # the gradients are linear in the upstream one: once more, scaled to that norm
+        api.method(model, "zero_grad")
+        api.forward(model, kw["ids"], backward=upstream * (kw["norm"] / global_norm(before)))
+        before = grad_dict(api.grads(model))
+        if before is None:
+            return facet(False, "unreadable", "the grader could not read the model's gradients")
     total = global_norm(before)
     max_norm = kw["ratio"] * total
+    held = None
+    if kw["facet"] == "in_place":  # one gradient tensor as it is before the call, held where the model is
+        name = next(name for name, g in before.items() if g is not None)
+        held = (name, api.method(api.method(model, "get_parameter", name, keep=True), "__getattribute__", "grad",
+                                 keep=True))
     returned = api.call("clip_grad_norm", api.method(model, "parameters", keep=True), max_norm)
+    if held is not None:
+        name, tensor = held
+        after_held = api.method(tensor, "clone")
+        after = grad_dict(api.grads(model))
+        if after is None or not isinstance(after_held, torch.Tensor):
+            return facet(False, "unreadable", "the grader could not read the model's gradients after the call")
+        return facet(after.get(name) is not None and after_held.shape == after[name].shape
+                     and torch.equal(after_held.double(), after[name].double()), "rebound",
+                     f"`{name}.grad` after the call is a new tensor, and the tensor it was holds the gradient as it "
+                     "was: scale each gradient in place (p.grad.mul_(scale)) rather than rebinding it "
+                     "(p.grad = p.grad * scale), so whatever holds the gradient (an optimizer, a hook) sees the clip")
     after = grad_dict(api.grads(model))
     weights = api.method(model, "state_dict")
     if after is None:
@@ -402,7 +440,8 @@ def _scaled_like(before: dict, after: dict, factors: dict) -> bool:
         if not isinstance(a, torch.Tensor) or a.shape != g.shape:
             return False
         want = g.double() * factors[name]
-        if not torch.allclose(a.double(), want, rtol=1e-4, atol=1e-7 * max(1.0, float(want.abs().max()))):
+        # round-off relative to the gradients' own size: tiny gradients (TINY_NORM) are judged as closely
+        if not torch.allclose(a.double(), want, rtol=1e-4, atol=1e-7 * float(want.abs().max())):
             return False
     return True
 
@@ -464,6 +503,11 @@ def clip_facet(which, before, after, returned, max_norm, state, weights) -> dict
         return facet(False, "per_tensor", "each gradient was clipped by its own norm: clipping by the global norm "
                      "scales every gradient by the same factor, min(1, max_norm / (total_norm + 1e-6)), with "
                      "total_norm the L2 norm of all of them together")
+    no_eps = min(1.0, max_norm / total) if total else 1.0
+    if abs(no_eps - scale) > 1e-3 * scale and _scaled_like(before, after, {name: no_eps for name in before}):
+        return facet(False, "no_eps", f"the gradients were scaled by max_norm / total_norm = {no_eps:.4g}, not by "
+                     f"min(1, max_norm / (total_norm + 1e-6)) = {scale:.4g}: with a global norm as small as "
+                     f"{total:.3g} the + 1e-6 counts (it keeps the factor finite when every gradient is 0)")
     if scale == 1.0:
         return facet(False, "below", f"the gradients' global norm is {total:.4g}, below max_norm = {max_norm:.4g}, "
                      "so nothing should change, but they did: the factor is min(1, max_norm / (total_norm + 1e-6)), "
@@ -473,7 +517,7 @@ def clip_facet(which, before, after, returned, max_norm, state, weights) -> dict
 
 
 def clip_with(per_tensor=False, norm_after=False, copy=False, no_min=False, squared=False, summed=False,
-              weights=False):
+              weights=False, no_eps=False, rebind=False):
     def variant(reference, parameters, max_norm):
         params = [p for p in parameters if p.grad is not None]
         norms = [g.detach().double().norm() for g in (p.grad for p in params)]
@@ -483,13 +527,15 @@ def clip_with(per_tensor=False, norm_after=False, copy=False, no_min=False, squa
             total = torch.sqrt(sum(n ** 2 for n in norms))
         if squared:
             total = total ** 2
-        factor = max_norm / (float(total) + 1e-6)
+        factor = max_norm / (float(total) + (0.0 if no_eps else 1e-6))
         scale = factor if no_min else min(1.0, factor)
         with torch.no_grad():
             for p, n in zip(params, norms, strict=True):
                 own = min(1.0, max_norm / (float(n) + 1e-6)) if per_tensor else scale
                 if copy:
                     g = p.grad * own  # noqa: F841 - the mistake: a copy, .grad unchanged
+                elif rebind:
+                    p.grad = p.grad * own
                 elif weights:
                     p.mul_(own)
                 else:
@@ -883,6 +929,15 @@ MISCONCEPTIONS = (
                   "Norms do not add: the global norm is sqrt(sum of the squared norms), the L2 norm of all the "
                   "gradients as one vector.",
                   {"clip_grad_norm": clip_with(summed=True)}),
+    Misconception("clip_no_eps", "a factor max_norm / total_norm, without the + 1e-6",
+                  "The factor is min(1, max_norm / (total_norm + 1e-6)): the + 1e-6 keeps it finite when the "
+                  "gradients are all zero, and changes it when their norm is tiny.",
+                  {"clip_grad_norm": clip_with(no_eps=True)}),
+    Misconception("clip_rebinds_grad", "gradients replaced by scaled copies (p.grad = p.grad * scale) rather than "
+                  "scaled in place",
+                  "Scale each gradient in place, p.grad.mul_(scale) (under torch.no_grad() or on p.grad.detach()): "
+                  "the contract asks for the same tensors, scaled.",
+                  {"clip_grad_norm": clip_with(rebind=True)}),
     Misconception("clip_scales_weights", "the parameters scaled instead of their gradients",
                   "Clipping changes p.grad only: p.grad.mul_(scale), never p or p.data.",
                   {"clip_grad_norm": clip_with(weights=True)}),

@@ -97,8 +97,9 @@ def graded_parts() -> tuple[Part, ...]:
               encode_inputs(UNSEEN, PROSE, 320)),
         Check("code", "merges learned from one piece of code, another piece of code encoded", 1,
               encode_inputs(CODE_UNSEEN, CODE, 300)),
-        Check("order", "the merges' order matters: \"abcd\" runs whose pairs were learned in another order", 1,
-              encode_inputs("abcd bcd abc cd abcd dabc zabcd", "cd cd cd cd bc bc bc ab ab abcd abcd", 270)),
+        Check("order", "the merges' order matters: \"abcd\" runs whose pairs were learned in another order, and "
+              "\"bcbcd\", whose most frequent known pair is not its earliest merge", 1,
+              encode_inputs("abcd bcd abc cd abcd dabc zabcd bcbcd", "cd cd cd cd bc bc bc ab ab abcd abcd", 270)),
         Check("overlapping", "runs of one letter, \"aaaaaaa\"", 0.5,
               encode_inputs("aaaaaaa aaa baaaab aa", "aaaa aaa aaaaaa aa aaaa", 262)),
         Check("utf8", "characters of 2, 3 and 4 bytes, merges learned from other such text", 0.5,
@@ -320,6 +321,14 @@ def encode_with(mode: str):
         merges = [tuple(m) for m in merges]
         rank = {pair: i for i, pair in enumerate(merges)}
         chunks = [list(c.encode("utf-8")) for c in ([text] if mode == "across" else ref.pretokenize(text))]
+        if mode == "chunk_frequency":  # in each chunk, the learned pair most frequent in that chunk first
+            out = []
+            for ids in chunks:
+                while counts := Counter(p for p in _pairs(ids) if p in rank):
+                    pair = min(counts, key=lambda p: (-counts[p], rank[p]))
+                    ids = merge_pair(ids, pair, 256 + rank[pair])
+                out += ids
+            return out
         if mode == "frequency":  # the learned pair most frequent in this text first, over all the chunks
             while True:
                 counts = Counter(p for ids in chunks for p in _pairs(ids) if p in rank)
@@ -699,6 +708,11 @@ MISCONCEPTIONS = (
         "Encoding counts nothing: apply the merges in learned order (lowest index first), exactly as training "
         "made them.",
         {"encode": encode_with("frequency")}),
+    Misconception(
+        "encode_by_chunk_frequency", "in each chunk, the learned pair most frequent in that chunk merged first",
+        "Encoding counts nothing: in each chunk merge the pair whose merge was learned earliest (lowest index), "
+        "however often another known pair occurs there, exactly as training made them.",
+        {"encode": encode_with("chunk_frequency")}),
     Misconception(
         "encode_last_merge_first", "the latest-learned merge present applied first",
         "The earliest-learned merge goes first: min over the chunk's pairs of their merge index.",

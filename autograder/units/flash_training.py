@@ -116,11 +116,12 @@ def graded() -> Unit:
               2, time_inputs(WARMUP, TIMED), probe=time_probe, oracle=time_oracle),
         Check("passes_args", "the extra arguments are passed on to fn", 1,
               time_inputs([0.05], [0.03, 0.09, 0.06], positional=True), probe=time_probe, oracle=time_oracle),
-        # The first timed call is the longest: a timer that synchronises after each call but not
-        # after the warm-up adds the warm-up's queued work to that call, and the median absorbs it.
-        Check("synchronises", "fn(x) with x on a (simulated) GPU only queues work (90, 30, 60 ms after a warm-up "
-              "call of 50 ms) and returns at once: the median is 60 ms when the timer waits for the GPU", 1,
-              time_inputs([0.05], [0.09, 0.03, 0.06], gpu=True), probe=time_probe, oracle=time_oracle),
+        # The first timed call is the shortest: a timer that synchronises after each call but not
+        # before the first adds the warm-up's queued work to that call (80 ms), which moves the median.
+        Check("synchronises", "fn(x) with x on a (simulated) GPU only queues work (30, 90, 60 ms after a warm-up "
+              "call of 50 ms) and returns at once: the median is 60 ms when the timer waits for the GPU before and "
+              "after each timed call", 1,
+              time_inputs([0.05], [0.03, 0.09, 0.06], gpu=True), probe=time_probe, oracle=time_oracle),
         Check("even_repeats", "4 timed calls of 20, 140, 60, 100 ms: either middle value (60 or 100 ms) is accepted, "
               "as is their mean", 1, time_inputs([0.1, 0.1], [0.02, 0.14, 0.06, 0.10]), probe=time_probe,
               oracle=time_oracle),
@@ -707,7 +708,8 @@ def flash_with(no_rescale=False, no_division=False, diagonal="right", drop_parti
     return variant
 
 
-def time_with(average="median", warmup_timed=False, total=False, no_sync=False, milliseconds=False):
+def time_with(average="median", warmup_timed=False, total=False, no_sync=False, milliseconds=False,
+              sync_before=True):
     def variant(reference, fn, *args, warmup=3, repeats=10):
         on_gpu = not no_sync and any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
 
@@ -719,7 +721,8 @@ def time_with(average="median", warmup_timed=False, total=False, no_sync=False, 
         for _ in range(0 if warmup_timed else warmup):
             fn(*args)
         for _ in range(repeats + (warmup if warmup_timed else 0)):
-            wait_for_gpu()
+            if sync_before:
+                wait_for_gpu()
             start = time.perf_counter()
             fn(*args)
             wait_for_gpu()
@@ -839,10 +842,16 @@ MISCONCEPTIONS = (
     Misconception("time_total", "the total time of all timed calls instead of the time per call",
                   "Time each call separately and return the median per call.",
                   {"time_fn": time_with(total=True)}),
-    Misconception("time_no_sync", "a timer that never synchronises the GPU",
+    Misconception("time_no_sync", "a timer that does not wait for the GPU before it stops the clock (it measures "
+                  "the launches only)",
                   "A GPU runs kernels asynchronously: fn returns once its work is queued. When an argument is a "
                   "CUDA tensor, call torch.cuda.synchronize() before starting the clock and again before stopping it.",
                   {"time_fn": time_with(no_sync=True)}),
+    Misconception("time_no_sync_before", "a timer that waits for the GPU after each timed call but not before "
+                  "the first, so the warm-up's queued work is timed with it",
+                  "Call torch.cuda.synchronize() before starting the clock as well: fn's warm-up calls return "
+                  "before their work is done, and whatever is still queued runs inside the first timed call.",
+                  {"time_fn": time_with(sync_before=False)}),
     Misconception("time_milliseconds", "the median in milliseconds instead of seconds",
                   "Return seconds, as time.perf_counter() measures them: do not multiply by 1000 (convert only "
                   "when you print).",

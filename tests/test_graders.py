@@ -148,10 +148,23 @@ def test_hand_written_mistakes_are_named(unit, path):
     assert expected in mistakes, f"{path.name}: no misconception {expected}"
     checks = grade_parts_in_worker(unit, path, list(mistakes[expected].variants))
     assert sum(c["points"] for c in checks) < sum(c["max_points"] for c in checks)
-    # Named, and the only name in its part: one mistake, one name (not the first of several guesses).
-    parts = {c["name"].split("/")[0] for c in checks if c["misconception"] == expected}
-    named = {c["misconception"] for c in checks if c["name"].split("/")[0] in parts} - {None}
+    # Named, and the only name given in any part it is graded on: a named mistake that is not the
+    # one written is a defect (precision, not only coverage: issue 29).
+    named = {c["misconception"] for c in checks} - {None}
     assert named == {expected}, [c["message"] for c in checks if not c["passed"]]
+
+
+@pytest.mark.parametrize(("unit", "path"), submission_files("wrong2"), ids=lambda v: getattr(v, "name", v))
+def test_two_mistakes_in_one_part_are_both_named(unit, path):
+    """wrong2_<mistake>__<mistake>.py: each shows in checks of its own, and each is named there."""
+    expected = set(path.stem.removeprefix("wrong2_").split("__"))
+    mistakes = {m.name: m for m in UNITS[unit].misconceptions}
+    assert expected <= set(mistakes), f"{path.name}: not two catalogued mistakes"
+    parts = set.intersection(*(set(mistakes[name].variants) for name in expected))
+    checks = grade_parts_in_worker(unit, path, sorted(parts))
+    named = {c["misconception"] for c in checks} - {None}
+    assert named == expected, [c["message"] for c in checks if not c["passed"]]
+    assert all("One of two mistakes" in c["message"] for c in checks if c["misconception"])
 
 
 @pytest.mark.parametrize("unit", GRADED)

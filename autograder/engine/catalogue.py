@@ -109,29 +109,70 @@ class Seen:
         return self.outcome is None
 
 
-def explain(unit: Unit, part: Part, ref, seen: list[Seen]) -> Misconception | None:
-    """The one catalogued mistake that explains the whole part, or None.
+def explain(unit: Unit, part: Part, ref, seen: list[Seen]) -> dict[int, Misconception]:
+    """The catalogued mistakes that explain the part: {index in `seen` of a failed check: the
+    mistake that explains it}, or {} when none can be named.
 
-    A mistake explains the part when its variant reproduces the student's result on every
-    failed check and passes every check the student passed. A one-bit answer (a verdict) or an
-    exception can be reproduced by several variants: the mistake is named only when exactly one
-    explains everything; otherwise the messages say what failed, without a guess. Each failed
-    check only tries the mistakes that explained the ones before it (some variants train a
-    model: they are run no more than needed).
+    One mistake explains the part when its variant reproduces the student's result on every failed
+    check and passes every check the student passed. A one-bit answer (a verdict) or an exception
+    can be reproduced by several variants: a mistake is named only when exactly one explains
+    everything. Failing that, two mistakes in one part are both named when each explains the
+    failed checks it is given, together they explain every one, both pass every check the student
+    passed, and no other pair does the same (`explain_two`). Otherwise the messages say what
+    failed, without a guess.
     """
-    failed = [s for s in seen if not s.passed]
-    if not failed or any(s.outcome.timed_out for s in failed):
-        return None
+    failed = [i for i, s in enumerate(seen) if not s.passed]
+    if not failed or any(seen[i].outcome.timed_out for i in failed):
+        return {}
+    one = explain_one(unit, part, ref, seen)
+    if one is not None:
+        return dict.fromkeys(failed, one)
+    return explain_two(unit, part, ref, seen)
+
+
+def explain_one(unit: Unit, part: Part, ref, seen: list[Seen]) -> Misconception | None:
+    """The one mistake that explains every failed check, or None. Each failed check only tries the
+    mistakes that explained the ones before it (some variants train a model: they are run no more
+    than needed)."""
     candidates = None
-    for s in failed:
+    for s in (s for s in seen if not s.passed):
         candidates = matching_misconceptions(unit, part, ref, s.inputs, s.outcome, s.expected, s.check.tol,
                                              s.check.probe, among=candidates, check=s.check.name)
         if not candidates:
             return None
     # A mistake that would also fail a check the student passed is not what the student did,
     # even when nothing else explains the failures: naming it would be a guess.
-    candidates = [m for m in candidates
-                  if all(variant_passes(m, part, ref, s.inputs, s.expected, s.check.tol, s.check.probe,
-                                        check=s.check.name)
-                         for s in seen if s.passed)]
+    candidates = [m for m in candidates if passes_what_the_student_passed(m, part, ref, seen)]
     return candidates[0] if len(candidates) == 1 else None
+
+
+def passes_what_the_student_passed(mistake: Misconception, part: Part, ref, seen: list[Seen]) -> bool:
+    return all(variant_passes(mistake, part, ref, s.inputs, s.expected, s.check.tol, s.check.probe,
+                              check=s.check.name) for s in seen if s.passed)
+
+
+def explain_two(unit: Unit, part: Part, ref, seen: list[Seen]) -> dict[int, Misconception]:
+    """Two mistakes made in one part, each shown by the checks it explains alone: {failed check's
+    index: its mistake}, or {} unless exactly one pair explains them all. Every catalogued variant
+    runs on every failed check here, so this is left to parts whose checks are quick to rerun
+    (no `seconds` of their own: not a training run)."""
+    failed = [i for i, s in enumerate(seen) if not s.passed]
+    if part.seconds is not None or len(failed) < 2:
+        return {}
+    matches = {i: {m.name for m in matching_misconceptions(unit, part, ref, seen[i].inputs, seen[i].outcome,
+                                                            seen[i].expected, seen[i].check.tol, seen[i].check.probe,
+                                                            check=seen[i].check.name)}
+               for i in failed}
+    if any(not found for found in matches.values()):
+        return {}
+    named = [m for m in unit.misconceptions if any(m.name in found for found in matches.values())]
+    pairs = [(a, b) for n, a in enumerate(named) for b in named[n + 1:]
+             if all(a.name in matches[i] or b.name in matches[i] for i in failed)
+             and any(a.name in matches[i] and b.name not in matches[i] for i in failed)
+             and any(b.name in matches[i] and a.name not in matches[i] for i in failed)]
+    pairs = [(a, b) for a, b in pairs if all(passes_what_the_student_passed(m, part, ref, seen) for m in (a, b))]
+    if len(pairs) != 1:
+        return {}
+    a, b = pairs[0]
+    # A check both explain (a verdict, say) is given to neither: it shows one of them, not which.
+    return {i: (a if a.name in matches[i] else b) for i in failed if (a.name in matches[i]) != (b.name in matches[i])}

@@ -160,11 +160,16 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             continue
         results.append(result(check, False, f"{check.what}: {problem}."))
 
+    order = list(seen)  # indices in `results`, in the order `explain` sees them
     failed = [i for i, s in seen.items() if not s.passed]
-    mistake = explain(unit, part, ref, list(seen.values())) if name_mistakes and failed and not unfinished else None
+    named = explain(unit, part, ref, list(seen.values())) if name_mistakes and failed and not unfinished else {}
+    mistakes = {order[k]: mistake for k, mistake in named.items()}
+    two = len({m.name for m in mistakes.values()}) > 1
     for i in failed:
+        mistake = mistakes.get(i)
         if mistake:
-            results[i].message += f" This looks like {mistake.description}. {mistake.hint}"
+            also = (f" (One of two mistakes in `{part.name}`: the other shows in other checks.)" if two else "")
+            results[i].message += f" This looks like {mistake.description}. {mistake.hint}{also}"
             results[i].misconception = mistake.name
         if swapped_note and not unfinished:
             results[i].message += swapped_note

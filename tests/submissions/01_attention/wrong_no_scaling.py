@@ -11,7 +11,6 @@ def softmax(x, axis=-1):
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ np.swapaxes(K, -1, -2)
     if mask is not None:
-        scores[..., ~mask] = -np.inf if scores.ndim == mask.ndim else scores[..., ~mask]
         scores = np.where(mask, scores, -np.inf)
     w = softmax(scores)
     return w @ V, w

@@ -18,6 +18,7 @@ that need real grading; the others run a service on a stand-in pool, which grade
 
 from __future__ import annotations
 
+import hashlib
 import json
 import socket
 import subprocess
@@ -35,10 +36,20 @@ import pytest
 
 from autograder.feedback import class_mistakes, reports
 from autograder.feedback import service as feedback_service
-from autograder.feedback.db import BAD_INPUT, BUSY, GRADED, GRADER_FAILED, OVER_LIMIT, TOO_MANY, Database
+from autograder.feedback.db import (
+    BAD_INPUT,
+    BUSY,
+    GRADED,
+    GRADER_FAILED,
+    OVER_LIMIT,
+    TOO_MANY,
+    Database,
+    class_report,
+)
 from autograder.feedback.service import Grading, Service
 from autograder.paths import ROOT
 from autograder.tools.load_test import hold_connections, notebook_bytes, parse_heavy_body
+from autograder.units import UNITS
 
 UNIT = "01_attention"
 SUBMISSIONS = ROOT / "tests" / "submissions" / UNIT
@@ -662,3 +673,56 @@ def test_the_report_counts_students_and_checks_most_common_first(tmp_path, capsy
     assert attention[0].strip() == "3 students checked it, 2 reached full marks"
     assert "2 students" in attention[1] and "4 checks" in attention[1] and "sqrt(d_k)" in attention[1]
     assert "scaled_dot_product_attention: 0 students checked it" in out
+
+
+# A softmax whose denominator is one too large: in no catalogue. A second slip, in no catalogue
+# either, that fails other checks (inputs clipped to +-100 first: only large inputs show it), once.
+UNCATALOGUED_SOFTMAX = """
+import numpy as np
+
+def softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / (e.sum(axis=axis, keepdims=True) + 1)
+"""
+OTHER_SOFTMAX = """
+import numpy as np
+
+def softmax(x, axis=-1):
+    x = np.clip(x, -100, 100)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+"""
+
+
+def test_the_report_groups_the_failures_no_mistake_explains_by_the_checks_that_failed(tmp_path, capsys):
+    """Three students send the same uncatalogued mistake (one of them twice), a fourth another:
+    graded for real by the service, the report shows each as a group, with its counts and the
+    hash of a notebook that makes it."""
+    db = Database(f"sqlite:///{tmp_path / 'feedback.db'}")
+    tokens = db.add_students(["ada", "ben", "cy", "dee"])
+    service = Service([UNIT], db, Grading(workers=1), limit=5, log=lambda line: None)
+    rest = (SUBMISSIONS / "correct_loops.py").read_text().split("def scaled_dot_product_attention", 1)[1]
+    same = notebook_bytes(UNCATALOGUED_SOFTMAX, "def scaled_dot_product_attention" + rest)
+    other = notebook_bytes(OTHER_SOFTMAX, "def scaled_dot_product_attention" + rest)
+    try:
+        port = service.start()
+        answers = [post(port, tokens[name], body, part="softmax")
+                   for name, body in (("ada", same), ("ben", same), ("cy", same), ("cy", same), ("dee", other))]
+    finally:
+        service.stop()
+    assert [status for status, _ in answers] == [200] * 5, answers
+    assert all(not part["mistakes"] and "unexplained" not in part for _, answer in answers for part in answer["parts"])
+    table = {row["part"]: row for row in class_report(db, UNIT)}
+    groups = table["softmax"]["unexplained"]
+    assert [(g["students"], g["checks"]) for g in groups] == [(3, 4), (1, 1)], groups
+    assert groups[0]["example"] == hashlib.sha256(same).hexdigest()
+    assert groups[1]["example"] == hashlib.sha256(other).hexdigest()
+    assert groups[0]["failed"] and set(groups[0]["failed"]) <= {c.name for c in UNITS[UNIT].part("softmax").checks}
+    db.close()
+    assert class_mistakes.main([UNIT, "--db", db.url]) == 0
+    out = capsys.readouterr().out.split("softmax:", 1)[1].split("\n\n")[0]
+    assert "failed, with no catalogued mistake named" in out
+    lines = [" ".join(line.split()) for line in out.splitlines()]
+    assert f"3 students 4 checks {', '.join(groups[0]['failed'])} (latest notebook {groups[0]['example'][:12]})" \
+        in lines, out
+    assert f"1 student 1 check large_inputs (latest notebook {groups[1]['example'][:12]})" in lines, out

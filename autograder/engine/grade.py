@@ -208,6 +208,9 @@ def judge_unchanged(check: Check, inputs: Inputs, outcome: Outcome) -> tuple[boo
     return True, f"{check.what}: inputs left untouched"
 
 
+NOT_COUNTED = ", but not counted"  # how a passed check voided here says so (read by feedback.reports)
+
+
 def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResult]:
     """Void the points of a passed check whose required checks failed."""
     passed = {check.name: r.passed for check, r in zip(part.checks, results, strict=True)}
@@ -217,7 +220,7 @@ def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResu
         if r.passed and unmet:
             r.passed, r.points = False, 0.0
             r.message += (
-                f", but not counted yet: {check.requires_why or 'an answer that never changes would pass it too'}, "
+                f"{NOT_COUNTED} yet: {check.requires_why or 'an answer that never changes would pass it too'}, "
                 f"so this point counts once this check passes as well: {what[unmet[0]]}"
             )
     # Leaving the inputs alone is only worth a point in a function that does something:
@@ -227,7 +230,7 @@ def apply_requirements(part: Part, results: list[CheckResult]) -> list[CheckResu
     for check, r in zip(part.checks, results, strict=True):
         if check.kind == "unchanged" and r.passed and not any_value_passed:
             r.passed, r.points = False, 0.0
-            r.message += (", but not counted: this point counts once at least one of the other checks passes "
+            r.message += (f"{NOT_COUNTED}: this point counts once at least one of the other checks passes "
                           "(a function that fails them all leaves its inputs untouched too)")
     return results
 

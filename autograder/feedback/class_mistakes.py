@@ -1,6 +1,9 @@
 """`python3 course.py feedback-report UNIT`: the mistakes the class made, per part, from the
 feedback service's records (`db.class_report`): how many students checked each part, how many
-reached full marks, and each catalogued mistake with the students and checks that made it."""
+reached full marks, each catalogued mistake with the students and checks that made it, and the
+failures no catalogued mistake explained, grouped by which checks failed, with one notebook's hash
+per group (the sha256 the service recorded), so that a new common mistake shows and can be
+catalogued."""
 
 from __future__ import annotations
 
@@ -23,6 +26,12 @@ def format_report(unit: str, table: list[dict]) -> str:
         for mistake in row["mistakes"]:
             lines.append(f"  {plural(mistake['students'], 'student'):>12} {plural(mistake['checks'], 'check'):>10}  "
                          f"{mistake['description']} ({mistake['id']})")
+        if row.get("unexplained"):
+            lines.append("  failed, with no catalogued mistake named, by the checks that failed:")
+        for group in row.get("unexplained", []):
+            example = f" (latest notebook {group['example'][:12]})" if group["example"] else ""
+            lines.append(f"  {plural(group['students'], 'student'):>12} {plural(group['checks'], 'check'):>10}  "
+                         f"{', '.join(group['failed'])}{example}")
     return "\n".join(lines)
 
 

@@ -23,7 +23,21 @@ from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from sqlalchemy import Boolean, DateTime, Float, ForeignKey, Integer, String, Text, create_engine, event, func, select
+from sqlalchemy import (
+    Boolean,
+    DateTime,
+    Float,
+    ForeignKey,
+    Integer,
+    String,
+    Text,
+    create_engine,
+    event,
+    func,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.orm import DeclarativeBase, Mapped, Session, mapped_column, relationship
 from sqlalchemy.schema import UniqueConstraint
 
@@ -99,6 +113,9 @@ class CheckPart(Base):
     points: Mapped[float] = mapped_column(Float)
     max_points: Mapped[float] = mapped_column(Float)
     mistakes: Mapped[str] = mapped_column(Text, default="[]")  # a JSON list of catalogue ids
+    # A JSON list of the part's failed checks that no catalogued mistake explained (their names):
+    # its failure signature, which the instructor's report groups (class_report).
+    unexplained: Mapped[str] = mapped_column(Text, default="[]")
     check: Mapped[Check] = relationship(back_populates="parts")
 
 
@@ -130,6 +147,9 @@ class Database:
         if url.startswith("sqlite"):
             event.listen(self.engine, "connect", _sqlite_pragmas)
         Base.metadata.create_all(self.engine)  # an older database gains the refusals table
+        if "unexplained" not in {c["name"] for c in inspect(self.engine).get_columns("check_parts")}:
+            with self.engine.begin() as connection:  # and the failure signatures' column
+                connection.execute(text("ALTER TABLE check_parts ADD COLUMN unexplained TEXT DEFAULT '[]'"))
         # (student_id, minute, outcome) -> [count, last sentence], not yet written
         self.tally: dict[tuple[int, datetime, str], list] = {}
         self.tally_lock, self.flush_lock = threading.Lock(), threading.Lock()
@@ -197,7 +217,8 @@ class Database:
             return check.id
 
     def close_check(self, check_id: int, outcome: str, counts: bool, report: dict | None = None,
-                    error: str | None = None, sha256: str | None = None) -> None:
+                    error: str | None = None, sha256: str | None = None,
+                    unexplained: dict[str, list[str]] | None = None) -> None:
         with Session(self.engine) as session:
             check = session.get(Check, check_id)
             check.finished, check.outcome, check.counts, check.error = now(), outcome, counts, error
@@ -206,7 +227,9 @@ class Database:
             if report is not None:
                 check.score, check.max_score = report["score"], report["max_score"]
                 check.parts = [CheckPart(part=p["name"], points=p["points"], max_points=p["max_points"],
-                                         mistakes=json.dumps(p["mistakes"])) for p in report["parts"]]
+                                         mistakes=json.dumps(p["mistakes"]),
+                                         unexplained=json.dumps((unexplained or {}).get(p["name"], [])))
+                               for p in report["parts"]]
             session.commit()
 
     def drop_check(self, check_id: int, student_id: int, outcome: str, error: str | None = None) -> None:
@@ -290,7 +313,8 @@ class Database:
                      "received": c.received, "finished": c.finished, "outcome": c.outcome, "counts": c.counts,
                      "score": c.score, "max_score": c.max_score, "sha256": c.notebook_sha256, "error": c.error,
                      "parts": {p.part: {"points": p.points, "max_points": p.max_points,
-                                        "mistakes": json.loads(p.mistakes)} for p in c.parts}}
+                                        "mistakes": json.loads(p.mistakes),
+                                        "unexplained": json.loads(p.unexplained or "[]")} for p in c.parts}}
                     for c in rows]
 
     def count(self) -> int:
@@ -313,14 +337,18 @@ def write_tokens_csv(path: Path, tokens: dict[str, str]) -> None:
 
 def class_report(db: Database, unit: str) -> list[dict]:
     """Per graded part of `unit`: how many students checked it, how many reached full marks,
-    and the mistakes named, each with the students who made it and the checks that named it,
-    most students first."""
+    the mistakes named, each with the students who made it and the checks that named it, most
+    students first; and the failures no catalogued mistake explained, grouped by their signature
+    (which of the part's checks failed unexplained), each group with its students, its checks and
+    the hash of its latest notebook, so that an instructor can find a new common mistake and
+    catalogue it."""
     from ..units import get_unit
 
     spec = get_unit(unit)
     described = {m.name: m.description for m in spec.misconceptions}
     checked, full = defaultdict(set), defaultdict(set)
     students, checks = defaultdict(lambda: defaultdict(set)), defaultdict(lambda: defaultdict(int))
+    unexplained = defaultdict(dict)  # part -> signature -> {"students", "checks", "example"}
     for record in db.records():
         if record["unit"] != unit or record["outcome"] != GRADED:
             continue
@@ -331,10 +359,20 @@ def class_report(db: Database, unit: str) -> list[dict]:
             for mistake in graded["mistakes"]:
                 students[part][mistake].add(record["student"])
                 checks[part][mistake] += 1
+            if graded.get("unexplained"):
+                group = unexplained[part].setdefault(tuple(graded["unexplained"]),
+                                                     {"students": set(), "checks": 0, "example": None})
+                group["students"].add(record["student"])
+                group["checks"] += 1
+                group["example"] = record["sha256"]  # records come oldest first: the latest is kept
     table = []
     for part in (p.name for p in spec.parts):
         mistakes = sorted(students[part], key=lambda m: (-len(students[part][m]), -checks[part][m], m))
+        groups = sorted(unexplained[part].items(), key=lambda kv: (-len(kv[1]["students"]), -kv[1]["checks"], kv[0]))
         table.append({"part": part, "students": len(checked[part]), "full_marks": len(full[part]),
                       "mistakes": [{"id": m, "description": described.get(m, m), "students": len(students[part][m]),
-                                    "checks": checks[part][m]} for m in mistakes]})
+                                    "checks": checks[part][m]} for m in mistakes],
+                      "unexplained": [{"failed": list(signature), "students": len(group["students"]),
+                                       "checks": group["checks"], "example": group["example"]}
+                                      for signature, group in groups]})
     return table

@@ -20,6 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ..engine.grade import NOT_COUNTED
 from ..engine.report import grade_cell_text
 from ..engine.spec import CheckResult
 from ..grading import pool
@@ -131,10 +132,25 @@ def graded(unit: str, data: bytes, name: str = "submission.ipynb", parts: list[s
     return report
 
 
+def unexplained_failures(unit: str, report: dict, parts: list[str]) -> dict[str, list[str]]:
+    """Per part asked for, the names of its failed checks that no catalogued mistake was named on
+    (the part's failure signature, for the instructor's report: `db.class_report`), leaving out
+    checks passed but not counted (those say nothing about the mistake). Not sent to the
+    student: the report they get says the same in the grade cells' words."""
+    asked = set(parts)
+    failed: dict[str, list[str]] = {}
+    for check in report.get("checks", []):
+        part, _, name = str(check.get("name", "")).partition("/")
+        if part in asked and not check.get("passed") and not check.get("misconception") \
+                and NOT_COUNTED not in str(check.get("message", "")):
+            failed.setdefault(part, []).append(name)
+    return {part: sorted(names) for part, names in failed.items()}
+
+
 def check_task(task: dict) -> dict:
     """One check, as a task for the class-grading pool (local or Dask): {unit, part, notebook}
-    in, {"ok": True, "report": ..., "over_budget": whether the run used up its budget} or
-    {"ok": False, "kind": "student"|"grader", "error"} out."""
+    in, {"ok": True, "report": ..., "unexplained": `unexplained_failures`, "over_budget": whether
+    the run used up its budget} or {"ok": False, "kind": "student"|"grader", "error"} out."""
     unit = task["unit"]
     if task.get("fork", True):
         pool.warm_up_checks(unit)
@@ -142,6 +158,7 @@ def check_task(task: dict) -> dict:
         parts = parts_asked(unit, task.get("part"))
         report = graded(unit, task["notebook"], parts=parts)
         return {"ok": True, "report": part_reports(unit, report, parts),
+                "unexplained": unexplained_failures(unit, report, parts),
                 "over_budget": bool((report.get("budget") or {}).get("exceeded"))}
     except NotGradable as err:
         return {"ok": False, "kind": "student", "error": str(err)}

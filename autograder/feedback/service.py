@@ -810,7 +810,8 @@ class CheckHandler(JSONHandler):
         if result.get("ok"):
             self.service.turns.graded(self.student[0], bool(result.get("over_budget")))
             report = result["report"]
-            self.service.db.close_check(check_id, records.GRADED, True, report, sha256=sha)
+            self.service.db.close_check(check_id, records.GRADED, True, report, sha256=sha,
+                                        unexplained=result.get("unexplained"))
             named = sorted({m for p in report["parts"] for m in p["mistakes"]})
             self.service.log(f"{stamp} {name} {unit} {part}: graded {report['score']:g}/{report['max_score']:g}"
                              f"{' named ' + ','.join(named) if named else ''} in {seconds:.1f} s")

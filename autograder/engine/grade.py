@@ -31,6 +31,7 @@ from .spec import (
     CheckResult,
     Inputs,
     Part,
+    StepFailed,
     Unit,
     exception_text,
     seeded_rng,
@@ -165,6 +166,10 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     named = explain(unit, part, ref, list(seen.values())) if name_mistakes and failed and not unfinished else {}
     mistakes = {order[k]: mistake for k, mistake in named.items()}
     two = len({m.name for m in mistakes.values()}) > 1
+    if failed and not named and part.locate is not None and not unfinished and not gave_up:
+        where = locate_step(part, student, stubs, seconds)
+        if where:
+            results[failed[0]].message += f" Where it goes wrong: {where}"
     for i in failed:
         mistake = mistakes.get(i)
         if mistake:
@@ -174,6 +179,23 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         if swapped_note and not unfinished:
             results[i].message += swapped_note
     return apply_requirements(part, results)
+
+
+def locate_step(part: Part, student, stubs: dict, seconds: float) -> str | None:
+    """The part's locator (`Part.locate`) run on the student's function: the step that first
+    departs from the contract, in a sentence, or None (nothing located, or the function failed)."""
+
+    def call(*args, **kwargs):
+        outcome = student.call(part.name, *args, seconds=seconds, stubs=stubs, forbid=part.forbid, **kwargs)
+        if outcome.error is not None or outcome.timed_out or outcome.over_budget:
+            raise StepFailed(outcome.error or "did not finish")
+        return outcome.value
+
+    try:
+        with quiet():
+            return part.locate(call)
+    except StepFailed:
+        return None
 
 
 def student_exhausted(student) -> str | None:

@@ -124,6 +124,12 @@ class Part:
     # earns nothing here. (A pasted copy is not refused: these classes are a few canonical lines,
     # which a correct answer written independently matches almost token for token.)
     not_imported: tuple[str, ...] = ()
+    # Where a failed answer first goes wrong, when no catalogued mistake explains it:
+    # locate(call) -> a sentence naming the step that departs from the contract and what it does
+    # instead, or None. `call(*args, **kwargs)` runs the student's function (with the part's
+    # stand-ins) on inputs the locator designs so that each step shows in the output, and returns
+    # its value or raises `StepFailed`. Graded checks do not change: this only words the feedback.
+    locate: Callable[[Callable], str | None] | None = None
 
     @property
     def points(self) -> float:
@@ -192,6 +198,10 @@ class SampleBug:
     old: str
     new: str
     expect: str
+
+
+class StepFailed(Exception):
+    """The student's function raised, timed out or ran out of budget on a locator's input."""
 
 
 @dataclass

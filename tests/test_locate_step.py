@@ -1,0 +1,122 @@
+"""Feedback that locates the faulty step (issue 29): where no catalogued mistake explains a failed
+part, its locator (`Part.locate`) runs the student's function on inputs made so that each step
+shows in the output, and the message says which step departs and what it does instead.
+
+Held here: the reference is never located anywhere; every catalogued mistake of a part with a
+locator is located at its own step (or, for an answer that raises on the locator's inputs, not at
+all); and an uncatalogued mistake, graded in a sandboxed worker, is told its step."""
+
+from __future__ import annotations
+
+import pytest
+
+from autograder.engine.catalogue import variant_namespace
+from autograder.engine.grade import grade_part, locate_step
+from autograder.engine.reference import load_reference
+from autograder.trust.student import InProcessStudent, Student
+from autograder.units import UNITS
+
+# Each catalogued mistake of unit 01 and the step its located sentence must begin with (None:
+# it raises on the locator's inputs, which the checks' own messages report).
+UNIT_01_STEPS = {
+    "softmax": {
+        "unstable_softmax": "the stability shift", "softmax_global_max": "the stability shift",
+        "softmax_ignores_axis": "the axis argument", "softmax_axis_zero": "the axis.",
+        "softmax_shift_by_min": "the stability shift", "softmax_shift_in_numerator_only": "the normalisation",
+        "softmax_textbook_formula": "the axis argument", "softmax_shift_by_mean": "the stability shift",
+        "softmax_divides_by_max": "the normalisation", "softmax_missing_keepdims": "the axis argument",
+        "softmax_over_everything": "the axis argument",
+    },
+    "scaled_dot_product_attention": {
+        "unstable_softmax": "the softmax's stability", "no_scaling": "the scale", "scale_by_dk": "the scale",
+        "scale_multiplied": "the scale", "scale_power_precedence": "the scale", "scale_by_n_keys": "the scale",
+        "output_scaled_instead_of_scores": "the scale", "scale_by_dv": "the scale",
+        "softmax_over_queries": "the softmax's axis", "attention_softmax_axis_zero": "the softmax's axis",
+        "returns_scores_not_weights": "the softmax.", "mask_after_softmax": "the mask.",
+        "mask_inverted": "the mask's meaning", "mask_boolean_index_no_broadcast": None, "mask_ignored": "the mask.",
+        "mask_added_to_scores": "the mask.", "mask_truth_tested": None, "mask_filled_with_zero": "the mask.",
+        "batched_transpose_with_T": "batch axes",
+    },
+    "self_attention": {
+        "no_scaling": "the scale", "scale_by_dk": "the scale", "scale_multiplied": "the scale",
+        "scale_by_d_model": "the scale", "mask_ignored": "the mask.", "self_attention_returns_pair": "the output",
+        "keys_from_W_q": "the scores", "values_from_W_k": "the values", "query_key_swapped": "the scores",
+    },
+}
+LOCATED_UNITS = [name for name, unit in UNITS.items() if any(part.locate for part in unit.parts)]
+
+
+def located(unit, part, namespace) -> str | None:
+    ref = load_reference(unit.name)
+    stubs = {name: getattr(ref, name) for name in part.uses if hasattr(ref, name)}
+    return locate_step(part, InProcessStudent(namespace), stubs, 5.0)
+
+
+@pytest.mark.parametrize("unit_name", LOCATED_UNITS)
+def test_the_reference_is_located_nowhere(unit_name):
+    unit = UNITS[unit_name]
+    for part in (p for p in unit.parts if p.locate):
+        assert located(unit, part, dict(vars(load_reference(unit_name)))) is None, part.name
+
+
+@pytest.mark.parametrize("part_name", sorted(UNIT_01_STEPS))
+def test_every_catalogued_mistake_is_located_at_its_own_step(part_name):
+    unit = UNITS["01_attention"]
+    part, ref = unit.part(part_name), load_reference(unit.name)
+    catalogued = {m.name: m for m in unit.misconceptions if part_name in m.variants}
+    assert set(catalogued) == set(UNIT_01_STEPS[part_name]), "every catalogued mistake of the part has its step here"
+    wrong = {}
+    for name, step in UNIT_01_STEPS[part_name].items():
+        where = located(unit, part, variant_namespace(part, ref, catalogued[name].variants[part_name]))
+        if (where is None) != (step is None) or (step and not where.startswith(step)):
+            wrong[name] = where
+    assert not wrong, wrong
+
+
+UNCATALOGUED = {  # part -> (an answer in no catalogue, the step it must be told)
+    "softmax": ("""
+import numpy as np
+
+def softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / (e.sum(axis=axis, keepdims=True) + 1)
+""", "the normalisation"),
+    "scaled_dot_product_attention": ("""
+import numpy as np
+
+def softmax(x, axis=-1):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1] + 1)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax(scores)
+    return weights @ V, weights
+""", "the scale"),
+}
+
+
+@pytest.mark.parametrize("part_name", sorted(UNCATALOGUED))
+def test_an_uncatalogued_mistake_graded_in_a_worker_is_told_its_step(part_name):
+    source, step = UNCATALOGUED[part_name]
+    student = Student([("answer", source)])
+    student.start()
+    try:
+        results = grade_part(UNITS["01_attention"], part_name, student)
+    finally:
+        student.close()
+    failed = [r for r in results if not r.passed]
+    assert failed and not any(r.misconception for r in results)
+    told = [r.message for r in failed if "Where it goes wrong:" in r.message]
+    assert len(told) == 1 and f"Where it goes wrong: {step}" in told[0], [r.message for r in failed]
+
+
+def test_a_named_mistake_is_not_located_as_well():
+    unit = UNITS["01_attention"]
+    part, ref = unit.part("softmax"), load_reference(unit.name)
+    mistake = next(m for m in unit.misconceptions if m.name == "unstable_softmax")
+    results = grade_part(unit, "softmax", InProcessStudent(variant_namespace(part, ref, mistake.variants["softmax"])))
+    assert any(r.misconception == "unstable_softmax" for r in results)
+    assert not any("Where it goes wrong" in r.message for r in results)

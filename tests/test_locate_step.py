@@ -43,6 +43,24 @@ UNIT_01_STEPS = {
         "keys_from_W_q": "the scores", "values_from_W_k": "the values", "query_key_swapped": "the scores",
     },
 }
+UNIT_04_STEPS = {
+    "layer_norm": {
+        "ln_eps_outside_sqrt": "eps.", "ln_unbiased_variance": "the variance",
+        "ln_divides_by_torch_std": "the variance", "ln_no_eps": "eps.", "ln_ignores_affine": "the weight and bias",
+        "ln_weight_and_bias_swapped": "the weight and bias",
+        "ln_not_centred": "the centring", "ln_bias_before_weight": "the weight and bias",
+        "ln_wrong_axis": "the statistics' axis", "ln_statistics_over_dim_1": "the statistics' axis",
+        "ln_whole_tensor_statistics": "the statistics' axis", "ln_wrong_default_eps": "the default eps",
+    },
+    "rms_norm": {
+        "rms_subtracts_mean": "the centring", "rms_eps_outside_sqrt": "eps.", "rms_no_root": "the square root",
+        "rms_ignores_weight": "the weight", "rms_sum_not_mean": "the mean square",
+        "rms_divides_by_norm": "the mean square",
+        "rms_square_of_mean": "the denominator", "rms_divides_by_std": "the denominator",
+        "rms_whole_tensor": "the statistics' axis", "rms_no_eps": "eps.", "rms_wrong_default_eps": "the default eps",
+    },
+}
+STEPS = {"01_attention": UNIT_01_STEPS, "04_block": UNIT_04_STEPS}
 LOCATED_UNITS = [name for name, unit in UNITS.items() if any(part.locate for part in unit.parts)]
 
 
@@ -59,14 +77,19 @@ def test_the_reference_is_located_nowhere(unit_name):
         assert located(unit, part, dict(vars(load_reference(unit_name)))) is None, part.name
 
 
-@pytest.mark.parametrize("part_name", sorted(UNIT_01_STEPS))
-def test_every_catalogued_mistake_is_located_at_its_own_step(part_name):
-    unit = UNITS["01_attention"]
+def test_every_part_with_a_locator_has_its_steps_here():
+    assert {(u, p.name) for u in LOCATED_UNITS for p in UNITS[u].parts if p.locate} == \
+        {(u, part) for u, parts in STEPS.items() for part in parts}
+
+
+@pytest.mark.parametrize(("unit_name", "part_name"), [(u, p) for u, parts in STEPS.items() for p in sorted(parts)])
+def test_every_catalogued_mistake_is_located_at_its_own_step(unit_name, part_name):
+    unit = UNITS[unit_name]
     part, ref = unit.part(part_name), load_reference(unit.name)
     catalogued = {m.name: m for m in unit.misconceptions if part_name in m.variants}
-    assert set(catalogued) == set(UNIT_01_STEPS[part_name]), "every catalogued mistake of the part has its step here"
+    assert set(catalogued) == set(STEPS[unit_name][part_name]), "every catalogued mistake of the part has its step"
     wrong = {}
-    for name, step in UNIT_01_STEPS[part_name].items():
+    for name, step in STEPS[unit_name][part_name].items():
         where = located(unit, part, variant_namespace(part, ref, catalogued[name].variants[part_name]))
         if (where is None) != (step is None) or (step and not where.startswith(step)):
             wrong[name] = where
@@ -120,3 +143,27 @@ def test_a_named_mistake_is_not_located_as_well():
     results = grade_part(unit, "softmax", InProcessStudent(variant_namespace(part, ref, mistake.variants["softmax"])))
     assert any(r.misconception == "unstable_softmax" for r in results)
     assert not any("Where it goes wrong" in r.message for r in results)
+
+
+TWO_SLIPS_IN_LAYER_NORM = """
+import torch
+
+def layer_norm(x, weight, bias, eps=1e-8):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps)
+"""
+
+
+def test_two_slips_that_no_name_explains_are_both_located():
+    """A default eps of 1e-8 and no weight or bias: together they fit no catalogued mistake, and
+    the locator tells both steps."""
+    student = Student([("answer", TWO_SLIPS_IN_LAYER_NORM)])
+    student.start()
+    try:
+        results = grade_part(UNITS["04_block"], "layer_norm", student)
+    finally:
+        student.close()
+    assert not any(r.misconception for r in results)
+    told = next(r.message for r in results if "Where it goes wrong:" in r.message)
+    assert "Where it goes wrong: the default eps." in told and "Also: the weight and bias." in told, told

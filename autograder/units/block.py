@@ -56,6 +56,7 @@ def graded() -> Unit:
         Part(
             "layer_norm",
             diagnose=diagnose,
+            locate=locate_layer_norm,
             forbid=NORM_FORBID,
             checks=(
                 Check("rows", "x (4, 6) with random weight and bias", 1, norm_inputs((4, 6)), tol=F32,
@@ -75,6 +76,7 @@ def graded() -> Unit:
         Part(
             "rms_norm",
             diagnose=diagnose,
+            locate=locate_rms_norm,
             forbid=RMS_FORBID,
             checks=(
                 Check("rows", "x (4, 6) with a random weight", 1, rms_inputs((4, 6)), tol=F32, oracle=rms_norm_oracle),
@@ -1153,6 +1155,154 @@ MISCONCEPTIONS = (
         {"TransformerBlock": block_variant(passes_d_ff=False)},
     ),
 )
+
+
+# ---------------------------------------------------------------- locating the step that is wrong
+# Where no catalogued mistake explains a failed norm, its locator feeds rows whose statistics are
+# known (mean 0 and variance 1; mean 2; a variance of 1e-6 beside eps = 1e-6; a weight and a bias
+# of their own) and says which step first departs: the centring, the variance, eps, the affine.
+
+
+def _out(value) -> np.ndarray | None:
+    if isinstance(value, torch.Tensor):
+        return value.detach().double().numpy()
+    return None
+
+
+def _row(a) -> str:
+    return np.array2string(np.asarray(a, dtype=float), precision=4, suppress_small=False, separator=", ")
+
+
+def _t(rows) -> torch.Tensor:
+    return torch.tensor(rows, dtype=torch.float64)
+
+
+def _locate_norm(call, *, name: str, rms: bool) -> str | None:
+    """The steps of layer_norm (centre, variance, eps, weight and bias) or rms_norm (mean square,
+    eps, weight), each shown alone by a row built for it."""
+    ones, zeros = _t([1.0] * 4), _t([0.0] * 4)
+    affine = (ones,) if rms else (ones, zeros)
+
+    def run(x, *params, **kwargs):
+        return _out(call(_t(x), *(params or affine), **kwargs))
+
+    def close(got, want):
+        return got is not None and got.shape == np.shape(want) and np.allclose(got, want, rtol=1e-6, atol=1e-9)
+
+    # 1. the statistics' axis: each row of a (2, 2, 4) input must come out as it does alone (the
+    # student's own answer for that row, whatever it is), so only the axis shows here
+    x3 = [[[1.0, 3.0, 1.0, 3.0], [10.0, 30.0, 10.0, 30.0]], [[0.0, 4.0, 0.0, 4.0], [5.0, 6.0, 5.0, 6.0]]]
+    together = run(x3, eps=1e-5)
+    alone = [run([row], eps=1e-5) for rows in x3 for row in rows]
+    if together is not None and together.shape == (2, 2, 4) and all(a is not None and a.shape == (1, 4) for a in alone):
+        if not np.allclose(np.nan_to_num(together.reshape(4, 4)), np.nan_to_num(np.concatenate(alone)), atol=1e-9):
+            return ("the statistics' axis. Each row of x is normalised on its own, over the last axis: yours gives "
+                    "the rows of x (2, 2, 4) other values together than each of them alone (are the mean and "
+                    f"{'the mean square' if rms else 'variance'} taken over dim=-1, with keepdim=True?)")
+    # 2. statistics: rms_norm of [1, 3, 1, 3] divides by sqrt(mean(x^2)) = sqrt(5); layer_norm
+    # of the same row centres it (mean 2) and divides by its standard deviation, 1.
+    x = [[1.0, 3.0, 1.0, 3.0]]
+    want = np.array(x) / np.sqrt(5.0) if rms else np.array([[-1.0, 1.0, -1.0, 1.0]])
+    got = run(x, eps=0.0)
+    if got is None or got.shape != want.shape:
+        return f"the output. `{name}` of x (1, 4) should have x's shape; yours returned {describe(got)}"
+    if not close(got, want):
+        if not rms and close(got, np.ones((1, 4))):
+            return ("the weight and bias. With weight 1 and bias 0 your output is 1 everywhere: the two are swapped "
+                    "(normalised * weight + bias)")
+        if not rms and close(got, np.array(x)):
+            return ("the centring. On x = [1, 3, 1, 3] (mean 2, variance 1) your layer_norm returns x / 1: it divides "
+                    "by the standard deviation but never subtracts the mean")
+        if rms and close(got, np.array([[-1.0, 1.0, -1.0, 1.0]])):
+            return ("the centring. On x = [1, 3, 1, 3] your rms_norm subtracts the mean (2) and divides by the "
+                    "standard deviation: RMS norm divides x itself by sqrt(mean(x ** 2) + eps), with no mean taken out")
+        if not rms and close(got, np.array(x) / np.sqrt(5.0)):
+            return ("the centring. On x = [1, 3, 1, 3] (mean 2) your layer_norm gives x / sqrt(mean(x ** 2)): "
+                    "subtract the mean over the last axis first")
+        if np.all(np.isfinite(got)) and np.all(got != 0):
+            ratio = float(want[0, 0] / got[0, 0])
+            if np.allclose(want / got, ratio):  # the right direction, a wrong size: the denominator
+                square = ratio ** 2  # what the denominator was, over the right one, squared
+                if rms and abs(square - 5.0) < 1e-6:
+                    return ("the square root. On x = [1, 3, 1, 3] (mean square 5) yours divides by 5, not by "
+                            "sqrt(5 + eps): take the square root of the mean square")
+                for factor, why in ((4 / 3, "n - 1 (an unbiased variance, torch's .var() or .std() default): use "
+                                     "unbiased=False, or mean((x - mean) ** 2)"), (4.0, "the sum, not the mean, over "
+                                     "the last axis"), (1 / 4, "1 / n too often")):
+                    if abs(square - factor) < 1e-6:
+                        return (f"the {'mean square' if rms else 'variance'}. On x = {_row(x[0])} your output is "
+                                f"{_row(got[0])}, the right one times {1 / ratio:.4g}: the "
+                                f"{'mean of x ** 2' if rms else 'variance'} was divided by {why}")
+                right = "sqrt(mean(x ** 2) + eps)" if rms else "sqrt(variance + eps), the variance over the last axis"
+                return (f"the denominator. On x = {_row(x[0])} your output is {_row(got[0])}, the right one "
+                        f"({_row(want[0])}) times {1 / ratio:.4g}: divide by {right}")
+        return (f"the normalisation. On x = {_row(x[0])} (eps = 0) it should give {_row(want[0])}; yours gives "
+                f"{_row(got[0])}")
+    # Steps 3 to 5 are independent of one another: each that departs is told (two mistakes, both).
+    small = [[-1e-3, 1e-3, -1e-3, 1e-3]]  # its mean square (and variance) is 1e-6
+
+    # 3. eps: that row with eps = 1e-6
+    def eps_step() -> str | None:
+        got = run(small, eps=1e-6)
+        want3 = np.array(small) / np.sqrt(2e-6)
+        if not close(got, want3) and got is not None and got.shape == want3.shape and got[0, 1] != 0:
+            denominator = 1e-3 / float(got[0, 1])
+            root = "sqrt(mean(x ** 2))" if rms else "sqrt(variance)"
+            for value, why in ((1e-3 + 1e-6, f"{root} + eps: eps goes inside the square root"),
+                               (1e-3, "without eps"), (1e-6 + 1e-6, "without the square root")):
+                if abs(denominator - value) < 1e-9:
+                    return (f"eps. For a row of size 1e-3 with eps = 1e-6 the denominator is sqrt(1e-6 + 1e-6) = "
+                            f"{np.sqrt(2e-6):.4g}; yours divides by {denominator:.4g}, {why}")
+            return (f"eps. For a row of size 1e-3 with eps = 1e-6 the denominator is {np.sqrt(2e-6):.4g}; yours is "
+                    f"{denominator:.4g}")
+        return None
+
+    # 4. the default eps, on the same row
+    def default_eps_step() -> str | None:
+        default = 1e-6 if rms else 1e-5
+        got = run(small)
+        want4 = np.array(small) / np.sqrt(1e-6 + default)
+        if not close(got, want4) and got is not None and got.shape == want4.shape and got[0, 1] != 0:
+            used = (1e-3 / float(got[0, 1])) ** 2 - 1e-6
+            return (f"the default eps. Called without eps on a row of size 1e-3, yours divides as if eps were "
+                    f"{used:.3g}; the contract's default is {default:g} "
+                    f"({name}(x, {'weight' if rms else 'weight, bias'}, eps={default:g}))")
+        return None
+
+    # 5. the weight (and bias), on a row that normalises to itself
+    def affine_step() -> str | None:
+        unit_row = [[-1.0, 1.0, -1.0, 1.0]]
+        weight, bias = _t([1.0, 2.0, 3.0, 4.0]), _t([10.0, 20.0, 30.0, 40.0])
+        params = (weight,) if rms else (weight, bias)
+        got = run(unit_row, *params, eps=0.0)
+        xr, w, b = np.array(unit_row), weight.numpy(), bias.numpy()
+        want5 = xr * w if rms else xr * w + b
+        if not close(got, want5):
+            seen = {"applies neither": xr, "adds the weight and multiplies by the bias": xr * b + w,
+                    "adds the bias before multiplying by the weight": (xr + b) * w, "ignores the bias": xr * w,
+                    "ignores the weight": xr + b}
+            for what, value in seen.items():
+                if close(got, value) and not (rms and what != "applies neither"):
+                    return (f"the {'weight' if rms else 'weight and bias'}. On a row that normalises to "
+                            f"[-1, 1, -1, 1], with weight [1, 2, 3, 4]"
+                            f"{'' if rms else ' and bias [10, 20, 30, 40]'}, yours "
+                            f"{'ignores the weight' if rms else what}: the output is normalised * weight"
+                            f"{'' if rms else ' + bias'}")
+            return (f"the {'weight' if rms else 'weight and bias'}. On a row that normalises to [-1, 1, -1, 1] the "
+                    f"output should be {_row(want5)}; yours is {_row(got) if got is not None else describe(got)}")
+        return None
+
+    eps_found = eps_step()
+    found = [m for m in (eps_found, None if eps_found else default_eps_step(), affine_step()) if m]
+    return " Also: ".join(found) if found else None
+
+
+def locate_layer_norm(call) -> str | None:
+    return _locate_norm(call, name="layer_norm", rms=False)
+
+
+def locate_rms_norm(call) -> str | None:
+    return _locate_norm(call, name="rms_norm", rms=True)
 
 
 # ---------------------------------------------------------------- what the graded parts use

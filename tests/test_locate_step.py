@@ -3,8 +3,8 @@ part, its locator (`Part.locate`) runs the student's function on inputs made so 
 shows in the output, and the message says which step departs and what it does instead.
 
 Held here: the reference is never located anywhere; every catalogued mistake of a part with a
-locator is located at its own step (or, for an answer that raises on the locator's inputs, not at
-all); and an uncatalogued mistake, graded in a sandboxed worker, is told its step."""
+locator is located at its own step, or not at all (never at another's); and an uncatalogued
+mistake, graded in a sandboxed worker, is told its step."""
 
 from __future__ import annotations
 
@@ -16,8 +16,9 @@ from autograder.engine.reference import load_reference
 from autograder.trust.student import InProcessStudent, Student
 from autograder.units import UNITS
 
-# Each catalogued mistake of unit 01 and the step its located sentence must begin with (None:
-# it raises on the locator's inputs, which the checks' own messages report).
+# Each catalogued mistake of a part with a locator and the step its located sentence must begin
+# with (None: not located, because it raises on the locator's inputs, which the checks' own
+# messages report, or because it only shows on shapes the locator does not try).
 UNIT_01_STEPS = {
     "softmax": {
         "unstable_softmax": "the stability shift", "softmax_global_max": "the stability shift",
@@ -60,7 +61,30 @@ UNIT_04_STEPS = {
         "rms_whole_tensor": "the statistics' axis", "rms_no_eps": "eps.", "rms_wrong_default_eps": "the default eps",
     },
 }
-STEPS = {"01_attention": UNIT_01_STEPS, "04_block": UNIT_04_STEPS}
+UNIT_03_STEPS = {
+    "split_heads": {
+        "split_without_transpose": "the columns", "split_strided_columns": "the columns",
+        "heads_on_first_axis": "batch axes", "heads_swap_last_two_axes": "the shape",
+        "heads_transposed_for_one_sequence": None, "heads_transposed_with_fixed_axes": None,
+    },
+    "merge_heads": {
+        "merge_without_transpose": "the positions", "merge_interleaved": "the columns",
+        "heads_on_first_axis": "batch axes", "heads_swap_last_two_axes": "the positions",
+        "heads_transposed_for_one_sequence": None, "heads_transposed_with_fixed_axes": None,
+    },
+    "multi_head_attention": {
+        "split_without_transpose": "the heads' arrangement", "split_strided_columns": "the heads' columns",
+        "merge_without_transpose": "the heads' arrangement", "merge_interleaved": "the heads' columns",
+        "no_output_projection": "the output projection", "output_projection_transposed": "the output projection",
+        "weights_transposed": "the output projection", "scale_by_d_model": "the scale", "scale_by_d_head": "the scale",
+        "no_scaling": "the scale", "causal_ignored": "the causal mask", "causal_default_false": "the causal mask",
+        "causal_inverted": "the causal flag", "causal_always_on": "the causal flag",
+        "mask_upper_triangle": "the causal mask", "mask_blocked_convention": "the causal mask's meaning",
+        "mask_after_softmax": "the causal mask", "seq_len_from_last_axis": None,
+        "softmax_over_queries": "the softmax's axis", "seq_len_from_first_axis": None,
+    },
+}
+STEPS = {"01_attention": UNIT_01_STEPS, "03_multihead": UNIT_03_STEPS, "04_block": UNIT_04_STEPS}
 LOCATED_UNITS = [name for name, unit in UNITS.items() if any(part.locate for part in unit.parts)]
 
 

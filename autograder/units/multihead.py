@@ -32,6 +32,7 @@ def graded() -> Unit:
     parts = (
         Part(
             "split_heads",
+            locate=locate_split_heads,
             checks=(
                 Check("unbatched", "x (5, 12) split into 3 heads", 1,
                       split_inputs((), 5, 12, 3, integers=True), tol=EXACT),
@@ -49,6 +50,7 @@ def graded() -> Unit:
         ),
         Part(
             "merge_heads",
+            locate=locate_merge_heads,
             checks=(
                 Check("unbatched", "3 heads (3, 5, 4) merged", 1, merge_inputs((), 3, 5, 4), tol=EXACT),
                 Check("one_batch_axis", "heads (2, 4, 5, 3) merged", 1, merge_inputs((2,), 4, 5, 3), tol=EXACT),
@@ -65,6 +67,7 @@ def graded() -> Unit:
         Part(
             "multi_head_attention",
             uses=("softmax", "scaled_dot_product_attention", "split_heads", "merge_heads"),
+            locate=locate_multi_head_attention,
             forbid=(
                 "torch.nn.functional.scaled_dot_product_attention",
                 "torch.nn.functional.multi_head_attention_forward",
@@ -285,6 +288,177 @@ def diagnose_count(result, expected, inputs: Inputs, tol: Tolerance) -> str | No
 
 def flops_variant(formula):
     return lambda ref, n, d_model, n_heads: formula(n, d_model, n_heads)
+
+
+# ---------------------------------------------------------------- locating the step that is wrong
+# Where no catalogued mistake explains a failed part: split_heads and merge_heads are given inputs
+# whose every entry says where it sits (100 * position + column), so the output shows where each
+# entry went; multi_head_attention is given weights that make each step show alone (W_q = W_k = 0
+# for equal scores, the identity for W_v and W_o, one head's queries all matching one key).
+
+
+def _floats(value) -> np.ndarray | None:
+    try:
+        got = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    return got if got.dtype == float else None
+
+
+def _where_from(value: float) -> tuple[int, int]:
+    """(position, column) of a traced entry, 100 * position + column."""
+    position, column = divmod(int(round(value)), 100)
+    return position, column
+
+
+def locate_split_heads(call) -> str | None:
+    n, d_model, heads = 3, 6, 2
+    d_head = d_model // heads
+    x = 100.0 * np.arange(n)[:, None] + np.arange(d_model)[None, :]  # x[t, c] = 100 t + c
+    got = _floats(call(x.copy(), heads))
+    want = x.reshape(n, heads, d_head).transpose(1, 0, 2)
+    if got is None or got.shape != want.shape:
+        if got is not None and got.shape == (n, heads, d_head):
+            return (f"the axes. x (3, 6) split into 2 heads should be (n_heads, n, d_head) = {want.shape}; yours is "
+                    f"(n, n_heads, d_head) = {got.shape}: after the reshape, move the heads axis before the positions")
+        return (f"the shape. x (3, 6) split into 2 heads should be (n_heads, n, d_head) = {want.shape}; yours is "
+                f"{got.shape if got is not None else describe(got)}")
+    if not np.array_equal(got, want):
+        mixed = [(h, t) for h in range(heads) for t in range(n) if len({_where_from(v)[0] for v in got[h, t]}) > 1]
+        if mixed:
+            h, t = mixed[0]
+            return (f"the positions. Each row of a head holds one position's columns; your head {h}, row {t} holds "
+                    f"entries of positions {sorted({_where_from(v)[0] for v in got[h, t]})}: reshaping straight to "
+                    "(n_heads, n, d_head) mixes positions; reshape to (n, n_heads, d_head), then swap the first two "
+                    "of those axes")
+        owned = sorted({_where_from(v)[1] for v in got[1].ravel()})
+        if owned != [3, 4, 5]:
+            return (f"the columns. With d_model 6 and 2 heads, head 1 owns columns 3, 4, 5 (a block of d_head = 3); "
+                    f"yours holds columns {owned}: reshape the last axis to (n_heads, d_head), in that order")
+        rows = [sorted({_where_from(v)[0] for v in got[0, t].ravel()}) for t in range(n)]
+        return (f"the positions. Row t of each head comes from position t; your head 0's rows come from positions "
+                f"{rows}")
+    xb = 1000.0 * np.arange(2)[:, None, None] + x  # a batch axis in front
+    got = _floats(call(xb.copy(), heads))
+    want = xb.reshape(2, n, heads, d_head).transpose(0, 2, 1, 3)
+    if got is None or got.shape != want.shape or not np.array_equal(got, want):
+        return (f"batch axes. One sequence is right, but x (2, 3, 6) should give (2, n_heads, n, d_head) = "
+                f"{want.shape}; yours gives {got.shape if got is not None else describe(got)}"
+                f"{'' if got is None or got.shape != want.shape else ' with entries from other places'}: "
+                "reshape and swap only the last axes (x.reshape(*x.shape[:-1], n_heads, d_head), then swap axes -3 "
+                "and -2), whatever the axes before them")
+    return None
+
+
+def locate_merge_heads(call) -> str | None:
+    heads, n, d_head = 2, 3, 3
+    split = (100.0 * np.arange(n)[:, None] + np.arange(heads * d_head)[None, :]).reshape(n, heads, d_head)
+    x = split.transpose(1, 0, 2)  # heads (2, 3, 3), every entry 100 * position + column it comes from
+    want = split.reshape(n, heads * d_head)
+    got = _floats(call(x.copy()))
+    if got is None or got.shape != want.shape:
+        return (f"the shape. Heads (2, 3, 3) merge to (n, d_model) = {want.shape}; yours give "
+                f"{got.shape if got is not None else describe(got)}: move the heads axis next to d_head "
+                "(swap axes -3 and -2), then reshape the last two axes into one")
+    if not np.array_equal(got, want):
+        sources = [_where_from(v) for v in got[0]]
+        if any(position != 0 for position, _ in sources):
+            return (f"the positions. Row 0 of the merged output should hold position 0 of every head; yours holds "
+                    f"entries of positions {sorted({p for p, _ in sources})}: swap the heads and positions axes "
+                    "before the reshape")
+        return (f"the columns. Column c of the merged output should hold head c // d_head's entry c % d_head "
+                f"(head 0's three, then head 1's); yours hold, in order, the entries of columns "
+                f"{[c for _, c in sources]}")
+    xb = np.stack([x, x + 1000.0])
+    got = _floats(call(xb.copy()))
+    if got is None or not np.array_equal(got, np.stack([want, want + 1000.0])):
+        return (f"batch axes. One sequence is right, but heads (2, 2, 3, 3) should merge to (2, 3, 6); yours give "
+                f"{got.shape if got is not None else describe(got)}: swap and reshape only the last three axes")
+    return None
+
+
+def _softmax(z):
+    e = np.exp(z - z.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def locate_multi_head_attention(call) -> str | None:
+    n = d_model = 8  # x = I (8, 8): each position is one column, so the output shows the weights
+    heads, d_head = 2, 4
+    x, eye, zero = np.eye(n), np.eye(d_model), np.zeros((d_model, d_model))
+    perm = np.roll(np.eye(d_model), 1, axis=1)  # W_o that moves column c to column c + 1
+    # 1. equal scores (W_q = W_k = 0), not causal, W_v = I: every row is the mean of x, then W_o
+    got = _floats(call(x, zero, zero, eye, perm, heads, causal=False))
+    mean = np.full((n, d_model), 1 / n)  # the mean of I's rows
+    if got is None or got.shape != (n, d_model):
+        return (f"the output. x (8, 8) with 2 heads should give (8, 8); yours gives "
+                f"{got.shape if got is not None else describe(got)}")
+    want = mean @ perm
+    rows = np.full((n, d_model), 1 / n)
+    if not np.allclose(got, want, atol=1e-9):
+        causal = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+        if np.allclose(got, causal @ perm, atol=1e-9):
+            return ("the causal flag. With causal=False every position attends to every other; yours still hides the "
+                    "later positions (is `causal` read, and the mask applied only when it is True?)")
+        return (f"the mix of values. With W_q = W_k = 0 (every score equal), causal=False and W_v = I, each output row "
+                f"is the mean of x's rows times W_o, {rows[0, 0]:.3g} everywhere before W_o; yours differs "
+                f"(row 0: {np.round(got[0], 3).tolist()})")
+    _ = rows
+    # 2. W_o: on a mean that is not uniform, so that W_o's orientation shows
+    xs = np.diag(np.arange(1.0, n + 1))  # rows of x scaled: the mean is diag / n
+    got = _floats(call(xs, zero, zero, eye, perm, heads, causal=False))
+    mean = np.tile(np.arange(1.0, n + 1) / n, (n, 1))
+    if not np.allclose(got, mean @ perm, atol=1e-9):
+        for what, value in (("not applied", mean), ("transposed (W_o.T; is every weight used as x @ W, not "
+                                                  "x @ W.T?)", mean @ perm.T)):
+            if got is not None and np.allclose(got, value, atol=1e-9):
+                return (f"the output projection. With equal scores the merged heads are the mean of x; yours returns "
+                        f"it with W_o {what}: the output is merged @ W_o")
+        if got is not None and got.shape == mean.shape and np.allclose(np.sort(got, axis=-1),
+                                                                         np.sort(mean @ perm, axis=-1), atol=1e-9):
+            return ("the heads' columns. With equal scores the output holds the right values in other columns: the "
+                    "split or the merge moves columns (split: reshape the last axis to (n_heads, d_head), then swap "
+                    "the heads and positions axes; merge: the reverse)")
+        return ("the heads' arrangement. With equal scores every output row should be mean(x) @ W_o, whatever the "
+                "heads do; yours is not, so positions or columns are moved between the projections and W_o: split "
+                "is a reshape of the last axis to (n_heads, d_head) and then a swap of the heads and positions axes "
+                "(a reshape alone mixes positions), and merge is the reverse")
+    # 3. causal (the default): position t averages positions 0..t
+    got = _floats(call(x, zero, zero, eye, eye, heads))
+    want = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    if not np.allclose(got, want, atol=1e-9):
+        if got is not None and got.shape == want.shape and np.allclose(got.sum(axis=0), 1, atol=1e-9) \
+                and not np.allclose(got.sum(axis=1), 1, atol=1e-9):
+            return ("the softmax's axis. With equal scores under the causal mask (x, W_v and W_o the identity, so the "
+                    "output is the weights) your columns sum to 1, not your rows: each query's weights over the keys "
+                    "sum to 1")
+        if np.allclose(got, np.full((n, n), 1 / n), atol=1e-9):
+            return ("the causal mask. Called with the default causal=True and equal scores, position t should average "
+                    "positions 0..t; yours averages all of them: the mask is not applied (or causal defaults to False)")
+        if np.allclose(np.nan_to_num(got) * want, 0, atol=1e-9):
+            return ("the causal mask's meaning: your positions attend to the later positions and not the earlier "
+                    "ones; position t may attend to 0..t")
+        return ("the causal mask. With equal scores position t should average positions 0..t (row t: 1 / (t + 1) on "
+                f"0..t); yours gives row 1 = {np.round(got[1], 3).tolist() if got is not None else got}")
+    # 4. the scale: in head 0 every query is [2, 0, 0, 0] and key 0 is [1, 0, 0, 0]; head 1 all 0
+    W_q, W_k = zero.copy(), zero.copy()
+    W_q[:, 0] = 2.0
+    W_k[0, 0] = 1.0
+    got = _floats(call(x, W_q, W_k, eye, eye, heads, causal=False))
+    if got is not None and got.shape == (n, d_model) and got[0, 1] > 0 and got[0, 0] > 0:
+        head = got[0, :d_head]  # head 0's weights on keys 0..3: [a, b, b, b] when its columns are 0..3
+        if not np.allclose(head[1:], head[1], rtol=1e-9):
+            return ("the heads' columns. Head 0 should own columns 0..3 of every projection (a block of d_head = 4): "
+                    f"with its queries all matching key 0, columns 0..3 of the output are head 0's weights, "
+                    f"{np.round(head, 4).tolist()} in yours, not one large weight and three equal ones")
+        used = float(np.log(got[0, 0] / got[0, 1]) / 2.0)  # head 0's weight on key 0 over key 1
+        if abs(used - 1 / np.sqrt(d_head)) > 1e-3:
+            named = next((name for value, name in ((1.0, "not scaled at all"), (1 / np.sqrt(d_model), "divided by "
+                          "sqrt(d_model)"), (1 / d_head, "divided by d_head")) if abs(used - value) < 1e-3),
+                         f"multiplied by {used:.4g}")
+            return (f"the scale. With d_model 8 and 2 heads (d_head 4), head 0's raw scores are [2, 0, ...]; your "
+                    f"weights say they were {named}, where each head divides by sqrt(d_head) = 2")
+    return None
 
 
 # ---------------------------------------------------------------- the wrong variants

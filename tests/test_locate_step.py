@@ -84,7 +84,28 @@ UNIT_03_STEPS = {
         "softmax_over_queries": "the softmax's axis", "seq_len_from_first_axis": None,
     },
 }
-STEPS = {"01_attention": UNIT_01_STEPS, "03_multihead": UNIT_03_STEPS, "04_block": UNIT_04_STEPS}
+UNIT_02_STEPS = {
+    "causal_mask": {
+        "mask_diagonal_excluded": "the cells", "mask_upper_triangle": "the cells", "mask_one_ahead": "the cells",
+        "mask_blocked_convention": "the convention", "mask_all_allowed": "the cells",
+        "mask_additive_float": "the type", "mask_as_numbers": "the type",
+    },
+    "causal_self_attention": {
+        "mask_diagonal_excluded": "the mask:", "mask_upper_triangle": "the mask:", "mask_one_ahead": "the mask:",
+        "mask_blocked_convention": "the mask:", "mask_forgotten": "the mask:",
+        "seq_len_from_first_axis": "the batch axis", "seq_len_from_last_axis": "the mask's size",
+        "mask_boolean_index_no_broadcast": "the batch axis", "mask_added_to_scores": "the mask:",
+        "mask_filled_with_zero": "the mask:", "mask_after_softmax": "the mask:",
+    },
+    "next_token_pairs": {
+        "targets_not_shifted": "the targets", "pairs_shifted_backwards": "the inputs",
+        "pairs_sliced_first_axis": "the inputs' shape", "pairs_sliced_second_axis": "batch axes",
+        "inputs_not_trimmed": "the inputs' shape", "pairs_drop_two": "the inputs' shape",
+        "targets_rolled": "the inputs' shape", "token_ids_as_floats": "the inputs' type",
+    },
+}
+STEPS = {"01_attention": UNIT_01_STEPS, "02_masking": UNIT_02_STEPS, "03_multihead": UNIT_03_STEPS,
+         "04_block": UNIT_04_STEPS}
 LOCATED_UNITS = [name for name, unit in UNITS.items() if any(part.locate for part in unit.parts)]
 
 

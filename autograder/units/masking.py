@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine.compare import Tolerance, as_array, compare_arrays, describe
-from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, StepFailed, Unit
 
 EXACT = Tolerance(rtol=0.0, atol=0.0)
 
@@ -41,6 +41,7 @@ def graded() -> Unit:
     parts = (
         Part(
             "causal_mask",
+            locate=locate_causal_mask,
             diagnose=diagnose_mask,
             checks=(
                 Check("n_1", "causal_mask(1)", 1, mask_inputs(1), tol=EXACT),
@@ -52,6 +53,7 @@ def graded() -> Unit:
         ),
         Part(
             "causal_self_attention",
+            locate=locate_causal_self_attention,
             diagnose=diagnose_causal_output,
             uses=("softmax", "scaled_dot_product_attention", "self_attention", "causal_mask"),
             checks=(
@@ -69,6 +71,7 @@ def graded() -> Unit:
         ),
         Part(
             "next_token_pairs",
+            locate=locate_next_token_pairs,
             diagnose=diagnose_pairs,
             checks=(
                 Check("one_sequence", "one sequence of 7 tokens", 1, token_inputs((7,)), tol=EXACT),
@@ -413,6 +416,131 @@ def oracle_inputs(case: OracleCase):
         return Inputs((case.fn,), dict(case.kwargs))
 
     return make
+
+
+# ---------------------------------------------------------------- locating the step that is wrong
+# Where no catalogued mistake explains a failed part: causal_mask is read cell by cell;
+# causal_self_attention is run with x, W_v the identity and W_q = W_k = 0 (equal scores), so its
+# output is the weight matrix and only the mask shows; next_token_pairs is given ids that say
+# their own position (tokens[b, t] = 100 * b + t), so each output entry shows where it came from.
+
+
+def _floats(value) -> np.ndarray | None:
+    try:
+        got = np.asarray(value, dtype=float)
+    except (TypeError, ValueError):
+        return None
+    return got if got.dtype == float else None
+
+
+def _mask_story(allowed: np.ndarray) -> str:
+    """What an (n, n) pattern of allowed cells is, in words, by the diagonals it allows."""
+    n = allowed.shape[0]
+    offsets = [k for k in range(-(n - 1), n) if np.diagonal(allowed, offset=k).all()]
+    if not offsets or any(np.diagonal(allowed, offset=k).any() for k in range(-(n - 1), n) if k not in offsets):
+        return "a pattern that is not made of whole diagonals"
+    low, high = min(offsets), max(offsets)
+    if high == 0 and low == -(n - 1):
+        return "on and below the diagonal"
+    if high == -1:
+        return "strictly below the diagonal (each position hidden from itself)"
+    if high > 0 and low == -(n - 1):
+        return f"up to {high} diagonal{'s' if high > 1 else ''} above the main one as well (the future leaks in)"
+    if low >= 0:
+        return "on and above the diagonal (the upper triangle: the future, not the past)"
+    return f"diagonals {low}..{high}"
+
+
+def locate_causal_mask(call) -> str | None:
+    got = call(4)
+    want = np.tril(np.ones((4, 4), dtype=bool))
+    array = np.asarray(got) if isinstance(got, np.ndarray) else None
+    if array is None or array.shape != (4, 4):
+        return f"the shape: causal_mask(4) is a (4, 4) boolean array; yours is {describe(got)}"
+    if array.dtype != bool:
+        values = sorted({float(v) for v in np.asarray(array, dtype=float).ravel()})
+        return (f"the type: causal_mask(4) is boolean (True = may attend); yours holds the numbers {values[:4]}: "
+                "np.where(mask, scores, -np.inf) reads any non-zero number as True")
+    if not np.array_equal(array, want):
+        if np.array_equal(~array, want) or np.array_equal(array, ~want):
+            return ("the convention: True marks a position that may be attended (on and below the diagonal); yours "
+                    "is True where attention is hidden")
+        return f"the cells: causal_mask(4) is True on and below the diagonal; yours is True {_mask_story(array)}"
+    return None
+
+
+def locate_causal_self_attention(call) -> str | None:
+    n, d_model = 4, 5  # not equal, so that n read from the wrong axis shows
+    x, zero, eye = np.eye(n, d_model), np.zeros((d_model, 2)), np.eye(d_model)
+    try:
+        got = _floats(call(x, zero, zero, eye))  # V = x: the output's first n columns are the weights
+    except StepFailed as err:
+        if "shape" not in str(err) and "broadcast" not in str(err):
+            raise
+        return (f"the mask's size: for x (4, 5), 4 positions of d_model 5, the mask is (4, 4), n = x.shape[-2] (not "
+                f"x.shape[-1]); yours raised {err}")
+    got = got[:, :n] if got is not None and got.shape == (n, d_model) else got
+    want = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    if got is None or got.shape != (n, n):
+        return (f"the output: x (4, 5) with W_q, W_k (5, 2) and W_v (5, 5) gives (4, 5); yours is "
+                f"{got.shape if got is not None else describe(got)}")
+    if np.allclose(got, want, atol=1e-9):
+        try:
+            batched = _floats(call(np.stack([x, 2 * x]), zero, zero, eye))
+        except StepFailed as err:
+            batched = err
+        if not isinstance(batched, np.ndarray) or batched.shape != (2, n, d_model) or not np.allclose(
+                batched[..., :n], np.stack([want, 2 * want]), atol=1e-9):
+            told = f" (it raised {batched})" if isinstance(batched, StepFailed) else ""
+            return (f"the batch axis: one sequence is right, but with x (2, 4, 5) the mask is still (n, n), n = "
+                    f"x.shape[-2] = 4 (not x.shape[0]), and it must broadcast over the batch (np.where(mask, scores, "
+                    f"-np.inf), not boolean indexing){told}")
+        return None
+    if np.allclose(got, np.full((n, n), 1 / n), atol=1e-9):
+        return ("the mask: with every score equal, position t should average positions 0..t; yours averages all "
+                "of them, as if there were no mask")
+    allowed = np.nan_to_num(got) > 1e-9
+    if not np.array_equal(allowed, want > 0):
+        empty = [t for t in range(n) if not allowed[t].any()]
+        return (f"the mask: with every score equal, position t attends to 0..t; yours attends {_mask_story(allowed)}"
+                + (f" (position {empty[0]} attends to nothing: its row is NaN or 0)" if empty else ""))
+    if not np.allclose(np.nan_to_num(got).sum(axis=-1), 1, atol=1e-9):
+        return ("the mask: with every score equal the rows should sum to 1 (1 / (t + 1) on 0..t); yours sum to "
+                f"{np.round(np.nan_to_num(got).sum(axis=-1), 3).tolist()}: hide the future in the scores (-inf) "
+                "before the softmax, not in the weights after it")
+    return (f"the mask: with every score equal, row t should be 1 / (t + 1) on positions 0..t; yours is "
+            f"{np.round(got, 3).tolist()}")
+
+
+def locate_next_token_pairs(call) -> str | None:
+    tokens = 100 * np.arange(2)[:, None] + np.arange(5)[None, :]  # tokens[b, t] = 100 b + t
+    got = call(tokens.copy())
+    if not isinstance(got, tuple | list) or len(got) != 2:
+        return f"the result: next_token_pairs returns the pair (inputs, targets); yours is {describe(got)}"
+    inputs, targets = (np.asarray(a) if isinstance(a, np.ndarray) else None for a in got)
+    want_in, want_out = tokens[:, :-1], tokens[:, 1:]
+    for name, array, want in (("inputs", inputs, want_in), ("targets", targets, want_out)):
+        if array is None or array.shape != want.shape:
+            return (f"the {name}' shape: tokens (2, 5) give {name} (2, 4), the last axis one shorter; yours are "
+                    f"{array.shape if array is not None else describe(array)}")
+        if not np.array_equal(array, want):
+            rows = {int(v) // 100 for v in np.asarray(array, dtype=float).ravel()}
+            first = [int(v) % 100 for v in np.asarray(array[0], dtype=float)]
+            if len(rows) > 1 and any(len({int(v) // 100 for v in row}) > 1 for row in array):
+                return (f"the {name}: each row should come from one sequence; yours mix sequences (slice the last "
+                        "axis, tokens[..., :-1] and tokens[..., 1:], not the first)")
+            return (f"the {name}: for tokens [0, 1, 2, 3, 4] the {name} are {want[0].tolist()}; yours are positions "
+                    f"{first}")
+        if array.dtype.kind not in "iu":
+            return f"the {name}' type: token ids stay integers; yours are {array.dtype}"
+    deep = 1000 * np.arange(2)[:, None, None] + tokens[None]  # (2, 2, 5): two batch axes
+    got = call(deep.copy())
+    if not isinstance(got, tuple | list) or len(got) != 2 or not all(
+            isinstance(a, np.ndarray) and a.shape == w.shape and np.array_equal(a, w)
+            for a, w in zip(got, (deep[..., :-1], deep[..., 1:]), strict=True)):
+        return ("batch axes: tokens (2, 5) are right, but tokens (2, 2, 5) should give (2, 2, 4) inputs and targets: "
+                "slice the last axis, tokens[..., :-1] and tokens[..., 1:], whatever the axes before it")
+    return None
 
 
 # ---------------------------------------------------------------- the wrong variants

@@ -44,7 +44,11 @@ UNIT_01_STEPS = {
         "keys_from_W_q": "the scores", "values_from_W_k": "the values", "query_key_swapped": "the scores",
     },
 }
+GELU_MISTAKES = ("gelu_tanh_approximation", "gelu_sigmoid_approximation", "gelu_erf_unscaled", "gelu_erf_over_two",
+                 "gelu_erf_times_sqrt2", "gelu_sqrt2_outside_erf", "gelu_tanh_instead_of_erf", "gelu_x_times_erf",
+                 "gelu_missing_half", "gelu_cdf_only", "gelu_is_silu", "relu_instead_of_gelu")
 UNIT_04_STEPS = {
+    "gelu": dict.fromkeys(GELU_MISTAKES, "the weighting"),
     "layer_norm": {
         "ln_eps_outside_sqrt": "eps.", "ln_unbiased_variance": "the variance",
         "ln_divides_by_torch_std": "the variance", "ln_no_eps": "eps.", "ln_ignores_affine": "the weight and bias",

@@ -93,6 +93,7 @@ def graded() -> Unit:
         Part(
             "gelu",
             diagnose=diagnose,
+            locate=locate_gelu,
             forbid=GELU_FORBID,
             checks=(
                 Check("grid", "x from -6 to 6 in steps of 0.1", 1, gelu_inputs(grid=True), tol=Tolerance(1e-5, 1e-6),
@@ -1295,6 +1296,29 @@ def _locate_norm(call, *, name: str, rms: bool) -> str | None:
     eps_found = eps_step()
     found = [m for m in (eps_found, None if eps_found else default_eps_step(), affine_step()) if m]
     return " Also: ".join(found) if found else None
+
+
+def locate_gelu(call) -> str | None:
+    """gelu(x) / x is the normal CDF at x: read it off at a few points, then at +-80."""
+    x = _t([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0])
+    got = _out(call(x.clone()))
+    phi = 0.5 * (1 + torch.erf(x / math.sqrt(2.0)))
+    if got is None or got.shape != tuple(x.shape):
+        return f"the output: gelu of x (6,) has x's shape; yours returned {describe(got)}"
+    if not np.allclose(got, (x * phi).numpy(), rtol=1e-6, atol=1e-9):
+        weight = got / x.numpy()
+        at = {float(v): float(w) for v, w in zip(x.tolist(), weight, strict=True)}
+        symmetric = abs(at[1.0] + at[-1.0] - 1) < 1e-6
+        return (f"the weighting. gelu(x) = x * Phi(x), so gelu(x) / x is the standard normal CDF: Phi(1) = 0.8413 and "
+                f"Phi(-1) = 0.1587; yours gives {at[1.0]:.4g} and {at[-1.0]:.4g}"
+                + ("" if symmetric else " (a CDF has Phi(x) + Phi(-x) = 1; yours does not)")
+                + ": Phi(x) = (1 + erf(x / sqrt(2))) / 2")
+    big = _t([-80.0, 80.0])
+    got = _out(call(big.clone()))
+    if got is None or not np.all(np.isfinite(got)) or not np.allclose(got, [0.0, 80.0], atol=1e-9):
+        return (f"large inputs: gelu(-80) is 0 and gelu(80) is 80; yours gives "
+                f"{_row(got) if got is not None else describe(got)} (an exp that overflows?)")
+    return None
 
 
 def locate_layer_norm(call) -> str | None:

@@ -374,7 +374,9 @@ def check_class(names: list[str], plan: list, answers: list, db: Database, expec
     for record in held:
         if record["outcome"] == records.GRADED:
             want = cut_report(expected[file_of[record["sha256"]]], record["part"])
-            if record["score"] != want["score"] or record["parts"] != {
+            recorded = {name: {key: part[key] for key in ("points", "max_points", "mistakes")}
+                        for name, part in record["parts"].items()}  # the failure signatures are the service's own
+            if record["score"] != want["score"] or recorded != {
                     p["name"]: {"points": p["points"], "max_points": p["max_points"], "mistakes": p["mistakes"]}
                     for p in want["parts"]}:
                 problems.append(f"{record['student']}'s record of {record['part']} differs from its answer")

@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.compare import Tolerance, compare_arrays, compare_masked_zero, compare_rows_sum_to_one, describe
+from ..engine.compare import (
+    Tolerance,
+    as_array,
+    compare_arrays,
+    compare_masked_zero,
+    compare_rows_sum_to_one,
+    describe,
+)
 from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, StepFailed, Unit
 
 # Stability checks push scores to ~1e4, where float32 arithmetic alone is off by ~1e-3.
@@ -189,13 +196,6 @@ def self_attention_inputs(batch, n, d_model, d_k, d_v, causal=False):
 # and say which step first departs from the contract and what it computes instead.
 
 
-def _floats(value) -> np.ndarray | None:
-    try:
-        got = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        return None
-    return got if got.dtype == float else None
-
 
 def _close(got, want, tol: float = 1e-6) -> bool:
     return got is not None and got.shape == np.shape(want) and bool(np.allclose(got, want, rtol=tol, atol=tol))
@@ -205,7 +205,7 @@ def _shown(a) -> str:
     return np.array2string(np.asarray(a, dtype=float), precision=3, suppress_small=True, separator=", ")
 
 
-def _exact_softmax(x, axis=-1):
+def exact_softmax(x, axis=-1):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
 
@@ -222,7 +222,7 @@ def _sums_to_one_along(got) -> str | None:
 def locate_softmax(call) -> str | None:
     ratios = np.array([[1.0, 2.0, 3.0, 6.0]])
     x = np.log(ratios)  # exp(x) = [1, 2, 3, 6], whose sum is 12
-    got = _floats(call(x.copy()))
+    got = as_array(call(x.copy()))
     if got is None or got.shape != x.shape:
         return (f"on x = log([[1, 2, 3, 6]]) (shape (1, 4)) it returned {_what(got)}: the output has the "
                 "input's shape")
@@ -244,11 +244,11 @@ def locate_softmax(call) -> str | None:
                 f"yours gives {_shown(got)}")
     x3 = np.log(np.arange(1.0, 13.0).reshape(2, 3, 2))
     try:
-        got = _floats(call(x3.copy(), axis=1))
+        got = as_array(call(x3.copy(), axis=1))
     except StepFailed as err:
         return (f"the axis argument. With x of shape (2, 3, 2) and axis=1 it raised {err}: keep the summed axis "
                 "(keepdims=True) so that each slice along `axis` is divided by its own sum")
-    if not _close(got, _exact_softmax(x3, axis=1)):
+    if not _close(got, exact_softmax(x3, axis=1)):
         if got is None or got.shape != x3.shape:
             return (f"the axis argument: with x of shape (2, 3, 2) and axis=1 it returned {_what(got)}: keep the "
                     "summed axis (keepdims=True) so that the sum divides each slice along `axis`")
@@ -262,7 +262,7 @@ def locate_softmax(call) -> str | None:
                 "axis (is the maximum, or the sum, taken along another axis than `axis`?)")
     far = np.array([[0.0, 2000.0], [1000.0, 1000.0 + np.log(2)], [-1000.0, -1000.0 + np.log(2)]])
     want = np.array([[0.0, 1.0], [1 / 3, 2 / 3], [1 / 3, 2 / 3]])
-    got = _floats(call(far.copy()))
+    got = as_array(call(far.copy()))
     if not _close(got, want, 1e-4):
         rows = ["[0, 2000]", "1000 + log([1, 2])", "-1000 + log([1, 2])"]
         bad = next((i for i in range(3) if got is None or got.shape != want.shape or not _close(got[i], want[i], 1e-4)),
@@ -277,7 +277,7 @@ def locate_softmax(call) -> str | None:
 def _pair(value):
     if not isinstance(value, tuple | list) or len(value) != 2:
         return None, None
-    return _floats(value[0]), _floats(value[1])
+    return as_array(value[0]), as_array(value[1])
 
 
 def _what(value) -> str:
@@ -363,7 +363,7 @@ def locate_attention(call) -> str | None:
     V = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])
     out, weights = _pair(call(Q, K, V))
     scores = Q @ K.T / np.sqrt(2)
-    if _close(weights, _exact_softmax(scores)) and not _close(out, weights @ V):
+    if _close(weights, exact_softmax(scores)) and not _close(out, weights @ V):
         return (f"the mix. The weights are right, but `out` is not weights @ V: for V = {_shown(V)} it should be "
                 f"{_shown(weights @ V)}; yours is {_shown(out) if out is not None else describe(out)}")
     mask = np.tril(np.ones((3, 3), dtype=bool))
@@ -377,7 +377,7 @@ def locate_attention(call) -> str | None:
         out, weights = _pair(call(Qb, Kb, np.stack([V, V])))
     except StepFailed as err:
         weights = err
-    want = _exact_softmax(Qb @ np.swapaxes(Kb, -1, -2) / np.sqrt(2))
+    want = exact_softmax(Qb @ np.swapaxes(Kb, -1, -2) / np.sqrt(2))
     if not _close(weights if isinstance(weights, np.ndarray) else None, want):
         shown = f"raised {weights}" if isinstance(weights, StepFailed) else (
             "gave other weights" if isinstance(weights, np.ndarray) and weights.shape == want.shape else
@@ -392,7 +392,7 @@ def locate_self_attention(call) -> str | None:
     n = 5  # x (5, 5) = I, so d_model = 5; W_q, W_k (5, 2): d_k = 2; W_v = I: d_v = 5
     eye, zero, uniform = np.eye(n), np.zeros((n, 2)), np.full((n, n), 1 / n)
     # x = I and W_v = I: V = I, so the output is the weight matrix. W_q = W_k = 0: equal scores.
-    got = _floats(call(eye, zero, zero, eye))
+    got = as_array(call(eye, zero, zero, eye))
     if got is not None and got.shape == (n, 2):
         return ("the values. With W_k of shape (5, 2) and W_v of shape (5, 5) your output has 2 columns, not 5: the "
                 "values are V = x @ W_v")
@@ -408,7 +408,7 @@ def locate_self_attention(call) -> str | None:
     W_q, W_k = zero.copy(), zero.copy()
     W_q[:, 0] = 2.0  # every query is [2, 0]
     W_k[0, 0] = 1.0  # key 0 is [1, 0], the others 0: raw scores [2, 0, 0, 0, 0] in every row
-    got = _floats(call(eye, W_q, W_k, eye))
+    got = as_array(call(eye, W_q, W_k, eye))
     if got is not None and got.shape == (n, n):
         if _close(got, uniform):
             return ("the scores. Queries that all match key 0 should weigh it most, but your weights are uniform: "
@@ -418,7 +418,7 @@ def locate_self_attention(call) -> str | None:
         if where:
             return where
     mask = np.tril(np.ones((n, n), dtype=bool))
-    got = _floats(call(eye, zero, zero, eye, mask=mask))
+    got = as_array(call(eye, zero, zero, eye, mask=mask))
     return _located_mask(got, mask, "With every score equal and a causal mask (x and W_v the identity, so the "
                          "output is the weights), row i should be 1 / (i + 1) on keys 0..i")
 

@@ -425,13 +425,6 @@ def oracle_inputs(case: OracleCase):
 # their own position (tokens[b, t] = 100 * b + t), so each output entry shows where it came from.
 
 
-def _floats(value) -> np.ndarray | None:
-    try:
-        got = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        return None
-    return got if got.dtype == float else None
-
 
 def _mask_story(allowed: np.ndarray) -> str:
     """What an (n, n) pattern of allowed cells is, in words, by the diagonals it allows."""
@@ -473,7 +466,7 @@ def locate_causal_self_attention(call) -> str | None:
     n, d_model = 4, 5  # not equal, so that n read from the wrong axis shows
     x, zero, eye = np.eye(n, d_model), np.zeros((d_model, 2)), np.eye(d_model)
     try:
-        got = _floats(call(x, zero, zero, eye))  # V = x: the output's first n columns are the weights
+        got = as_array(call(x, zero, zero, eye))  # V = x: the output's first n columns are the weights
     except StepFailed as err:
         if "shape" not in str(err) and "broadcast" not in str(err):
             raise
@@ -486,7 +479,7 @@ def locate_causal_self_attention(call) -> str | None:
                 f"{got.shape if got is not None else describe(got)}")
     if np.allclose(got, want, atol=1e-9):
         try:
-            batched = _floats(call(np.stack([x, 2 * x]), zero, zero, eye))
+            batched = as_array(call(np.stack([x, 2 * x]), zero, zero, eye))
         except StepFailed as err:
             batched = err
         if not isinstance(batched, np.ndarray) or batched.shape != (2, n, d_model) or not np.allclose(

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..engine.compare import Tolerance, describe
+from ..engine.compare import Tolerance, as_array, describe
 from ..engine.reference import load_reference
 from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
 
@@ -297,13 +297,6 @@ def flops_variant(formula):
 # for equal scores, the identity for W_v and W_o, one head's queries all matching one key).
 
 
-def _floats(value) -> np.ndarray | None:
-    try:
-        got = np.asarray(value, dtype=float)
-    except (TypeError, ValueError):
-        return None
-    return got if got.dtype == float else None
-
 
 def _where_from(value: float) -> tuple[int, int]:
     """(position, column) of a traced entry, 100 * position + column."""
@@ -315,7 +308,7 @@ def locate_split_heads(call) -> str | None:
     n, d_model, heads = 3, 6, 2
     d_head = d_model // heads
     x = 100.0 * np.arange(n)[:, None] + np.arange(d_model)[None, :]  # x[t, c] = 100 t + c
-    got = _floats(call(x.copy(), heads))
+    got = as_array(call(x.copy(), heads))
     want = x.reshape(n, heads, d_head).transpose(1, 0, 2)
     if got is None or got.shape != want.shape:
         if got is not None and got.shape == (n, heads, d_head):
@@ -339,7 +332,7 @@ def locate_split_heads(call) -> str | None:
         return (f"the positions. Row t of each head comes from position t; your head 0's rows come from positions "
                 f"{rows}")
     xb = 1000.0 * np.arange(2)[:, None, None] + x  # a batch axis in front
-    got = _floats(call(xb.copy(), heads))
+    got = as_array(call(xb.copy(), heads))
     want = xb.reshape(2, n, heads, d_head).transpose(0, 2, 1, 3)
     if got is None or got.shape != want.shape or not np.array_equal(got, want):
         return (f"batch axes. One sequence is right, but x (2, 3, 6) should give (2, n_heads, n, d_head) = "
@@ -355,7 +348,7 @@ def locate_merge_heads(call) -> str | None:
     split = (100.0 * np.arange(n)[:, None] + np.arange(heads * d_head)[None, :]).reshape(n, heads, d_head)
     x = split.transpose(1, 0, 2)  # heads (2, 3, 3), every entry 100 * position + column it comes from
     want = split.reshape(n, heads * d_head)
-    got = _floats(call(x.copy()))
+    got = as_array(call(x.copy()))
     if got is None or got.shape != want.shape:
         return (f"the shape. Heads (2, 3, 3) merge to (n, d_model) = {want.shape}; yours give "
                 f"{got.shape if got is not None else describe(got)}: move the heads axis next to d_head "
@@ -370,16 +363,12 @@ def locate_merge_heads(call) -> str | None:
                 f"(head 0's three, then head 1's); yours hold, in order, the entries of columns "
                 f"{[c for _, c in sources]}")
     xb = np.stack([x, x + 1000.0])
-    got = _floats(call(xb.copy()))
+    got = as_array(call(xb.copy()))
     if got is None or not np.array_equal(got, np.stack([want, want + 1000.0])):
         return (f"batch axes. One sequence is right, but heads (2, 2, 3, 3) should merge to (2, 3, 6); yours give "
                 f"{got.shape if got is not None else describe(got)}: swap and reshape only the last three axes")
     return None
 
-
-def _softmax(z):
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
 
 
 def locate_multi_head_attention(call) -> str | None:
@@ -388,7 +377,7 @@ def locate_multi_head_attention(call) -> str | None:
     x, eye, zero = np.eye(n), np.eye(d_model), np.zeros((d_model, d_model))
     perm = np.roll(np.eye(d_model), 1, axis=1)  # W_o that moves column c to column c + 1
     # 1. equal scores (W_q = W_k = 0), not causal, W_v = I: every row is the mean of x, then W_o
-    got = _floats(call(x, zero, zero, eye, perm, heads, causal=False))
+    got = as_array(call(x, zero, zero, eye, perm, heads, causal=False))
     mean = np.full((n, d_model), 1 / n)  # the mean of I's rows
     if got is None or got.shape != (n, d_model):
         return (f"the output. x (8, 8) with 2 heads should give (8, 8); yours gives "
@@ -406,7 +395,7 @@ def locate_multi_head_attention(call) -> str | None:
     _ = rows
     # 2. W_o: on a mean that is not uniform, so that W_o's orientation shows
     xs = np.diag(np.arange(1.0, n + 1))  # rows of x scaled: the mean is diag / n
-    got = _floats(call(xs, zero, zero, eye, perm, heads, causal=False))
+    got = as_array(call(xs, zero, zero, eye, perm, heads, causal=False))
     mean = np.tile(np.arange(1.0, n + 1) / n, (n, 1))
     if not np.allclose(got, mean @ perm, atol=1e-9):
         for what, value in (("not applied", mean), ("transposed (W_o.T; is every weight used as x @ W, not "
@@ -424,7 +413,7 @@ def locate_multi_head_attention(call) -> str | None:
                 "is a reshape of the last axis to (n_heads, d_head) and then a swap of the heads and positions axes "
                 "(a reshape alone mixes positions), and merge is the reverse")
     # 3. causal (the default): position t averages positions 0..t
-    got = _floats(call(x, zero, zero, eye, eye, heads))
+    got = as_array(call(x, zero, zero, eye, eye, heads))
     want = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
     if not np.allclose(got, want, atol=1e-9):
         if got is not None and got.shape == want.shape and np.allclose(got.sum(axis=0), 1, atol=1e-9) \
@@ -444,7 +433,7 @@ def locate_multi_head_attention(call) -> str | None:
     W_q, W_k = zero.copy(), zero.copy()
     W_q[:, 0] = 2.0
     W_k[0, 0] = 1.0
-    got = _floats(call(x, W_q, W_k, eye, eye, heads, causal=False))
+    got = as_array(call(x, W_q, W_k, eye, eye, heads, causal=False))
     if got is not None and got.shape == (n, d_model) and got[0, 1] > 0 and got[0, 0] > 0:
         head = got[0, :d_head]  # head 0's weights on keys 0..3: [a, b, b, b] when its columns are 0..3
         if not np.allclose(head[1:], head[1], rtol=1e-9):

@@ -112,3 +112,23 @@ def test_wrong_helpers_cost_their_own_parts_and_not_train_loop():
         assert not all(r.passed for r in results if r.name.split("/")[0] == part), f"{part} should lose points"
     loop = [r for r in results if r.name.split("/")[0] == "train_loop"]
     assert loop and all(r.passed for r in loop), [r.message for r in loop if not r.passed]
+
+
+STEAL_BY_NAME = "from stand_ins import cross_entropy  # noqa: F401\n"
+STEAL_BY_PATH = '''
+import importlib.util, os, sys
+
+_path = os.path.join(os.path.dirname(os.path.abspath(sys.modules["__main__"].__file__)), "stand_ins.py")
+_spec = importlib.util.spec_from_file_location("x", _path)
+_module = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_module)
+cross_entropy = _module.cross_entropy
+'''
+
+
+def test_the_stand_ins_cannot_be_taken_as_an_answer():
+    """Their source reaches the worker only with the train_loop call that needs it: no file in the
+    sandbox holds it, so a submission can neither import it nor load it by path."""
+    for source in (STEAL_BY_NAME, STEAL_BY_PATH):
+        results = graded_in_worker(source, ["cross_entropy"])
+        assert results and not any(r.passed for r in results), [r.message for r in results if r.passed]

@@ -43,6 +43,7 @@ from .sandbox import (
 )
 from .submission import code_cells
 from .worker import channel
+from .worker.main import STAND_INS  # library stubs of this module travel with the call
 from .worker.virtual_clock import Took, VirtualClock
 
 WORKER_DIR = Path(__file__).resolve().parent / "worker"
@@ -72,7 +73,7 @@ def launch_worker(limits: Limits, hidden: tuple[str, ...]) -> tuple[SandboxedPro
         # Inside the sandbox the worker sees its own files and nothing else of autograder/.
         script = "/opt/grader-worker/main.py" if sandbox_problem() is None else str(WORKER_DIR / "main.py")
         mounts = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}")
-                       for name in ("main.py", "channel.py", "virtual_clock.py", "stand_ins.py"))
+                       for name in ("main.py", "channel.py", "virtual_clock.py"))
         argv = [sys.executable, "-I", "-B", script, str(request_r), str(reply_w)]
         process = SandboxedProcess(argv, limits=limits, pass_fds=(request_r, reply_w), mounts=mounts,
                                    hidden=tuple(hidden))
@@ -631,6 +632,10 @@ class Student:
         header = {"op": "call", "target": target, "args": encoded_args, "kwargs": encoded_kwargs,
                   "stubs": sorted(stubs), "library_stubs": library, "forbid": list(forbid), "seconds": seconds,
                   "return_args": return_args, "keep": keep}
+        if any(dotted.startswith(STAND_INS + ".") for dotted in library.values()):
+            # Sent with the call that needs it, never a file in the sandbox: its functions are
+            # answers to unit 08, which the submission must not find while its own are graded.
+            header["stand_ins"] = (WORKER_DIR / "stand_ins.py").read_text()
         if backward is not None:
             header["backward"] = channel.encode(backward, blobs)
         process = self.process

@@ -78,7 +78,7 @@ def time_limit(seconds: float):
     previous = signal.signal(signal.SIGPROF, interrupt)
     outer = signal.setitimer(signal.ITIMER_PROF, seconds, 0.25)
     try:
-        with _one_torch_thread():
+        with one_torch_thread():
             yield
     finally:
         signal.setitimer(signal.ITIMER_PROF, *outer)
@@ -86,7 +86,7 @@ def time_limit(seconds: float):
 
 
 @contextlib.contextmanager
-def _one_torch_thread():
+def one_torch_thread():
     """PyTorch's own threads off while the block runs (when PyTorch is loaded at all).
 
     Its OpenMP threads wait for each other at the end of every operation by spinning, which
@@ -106,10 +106,20 @@ def _one_torch_thread():
         torch.set_num_threads(threads)
 
 
+def read_proc(path: str) -> str:
+    """A small file of /proc, read in one call (pathlib's read_text costs several times as much, and
+    a grading reads these thousands of times: at every request and callback of a worker)."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 65536).decode()
+    finally:
+        os.close(fd)
+
+
 def _address_space() -> int | None:
     """This process's virtual memory size in bytes (VmSize), or None where /proc has none."""
     try:
-        for line in Path("/proc/self/status").read_text().splitlines():
+        for line in read_proc("/proc/self/status").splitlines():
             if line.startswith("VmSize:"):
                 return int(line.split()[1]) * 1024
     except (OSError, ValueError, IndexError):
@@ -207,17 +217,20 @@ SYSTEM_PATHS = ("/usr", "/bin", "/sbin", "/lib", "/lib64", "/lib32", "/etc/ld.so
 
 
 def bwrap_argv(bwrap: str, limits: Limits, *, cwd: str, mounts: tuple[tuple[str, str], ...] = (),
-               hidden: tuple[str, ...] = (), info_fd: int | None = None) -> list[str]:
+               hidden: tuple[str, ...] = (), info_fd: int | None = None, host_proc: bool = False) -> list[str]:
     """bubblewrap's arguments: `mounts` are (source, destination) read-only files or folders,
     `hidden` paths of the course tree are shown empty, and bubblewrap writes the sandbox's
-    init's process id to `info_fd`. Nothing of the grader's disk is writable inside."""
+    init's process id to `info_fd`. Nothing of the grader's disk is writable inside.
+    `host_proc` (a root grader's zygote, see SandboxedProcess) binds this machine's /proc instead
+    of mounting the sandbox's own."""
     argv = [bwrap, "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
             "--die-with-parent", "--new-session", "--cap-drop", "ALL"]
     if info_fd is not None:
         argv += ["--info-fd", str(info_fd)]
     # The private /tmp comes first: the course (or its environment) may itself live under
     # /tmp, and a tmpfs mounted after the binds below would hide them.
-    argv += ["--proc", "/proc", "--dev", "/dev",
+    argv += ["--bind", "/proc", "/proc"] if host_proc else ["--proc", "/proc"]
+    argv += ["--dev", "/dev",
              "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
              "--size", str(limits.tmp_bytes), "--tmpfs", "/scratch",
              "--size", str(limits.tmp_bytes), "--tmpfs", "/dev/shm"]
@@ -395,6 +408,7 @@ LAUNCHER = (
     "os.execv(sys.argv[2], sys.argv[2:])\n"
 )
 START_ATTEMPTS = 3  # a sandbox that fails to start is tried again, after 0.5 s, then 1 s
+ZYGOTE_PROCESSES = 16  # a zygote's process cap, in workers' caps: the forks alive at once, together
 START_SECONDS = 60.0  # bubblewrap reports the sandbox's init within this (milliseconds, unloaded)
 
 
@@ -408,8 +422,16 @@ class SandboxedProcess:
 
     def __init__(self, argv: list[str], *, limits: Limits = Limits(), pass_fds: tuple[int, ...] = (),
                  cwd: str | None = None, env: dict | None = None, mounts: tuple[tuple[str, str], ...] = (),
-                 hidden: tuple[str, ...] = ()):
+                 hidden: tuple[str, ...] = (), zygote: bool = False):
+        """`zygote`: the sandbox of a worker zygote (`trust/zygote.py`), which runs no student code
+        and forks sandboxes of their own: its process cap is ZYGOTE_PROCESSES times the worker's
+        (each fork holds to the worker's own).
+        Where the grader is root, bubblewrap covers parts of the /proc it mounts, and Linux then
+        refuses a fork's own /proc (a proc mount is allowed in a user namespace only where one is
+        already fully visible): the zygote's /proc is then this machine's, bound, under which each
+        fork mounts its own before it runs anything of a submission."""
         self.limits = limits
+        self.zygote = zygote
         self.scratch = None
         self.parent = os.getpid()  # the process that started it (it may be used from a fork of that one)
         self.init_pid: int | None = None  # sandboxed: the sandbox's init (PID 1 inside), as numbered here
@@ -444,7 +466,7 @@ class SandboxedProcess:
             return
         # Where a pids cgroup caps the sandbox (root), the launcher sets no RLIMIT_NPROC: root's
         # processes are exempt from it anyway.
-        nproc = 0 if self.cgroup.path is not None else limits.processes
+        nproc = 0 if self.cgroup.path is not None else limits.processes * (ZYGOTE_PROCESSES if zygote else 1)
         inner = [sys.executable, "-I", "-S", "-c", LAUNCHER, str(nproc), *argv]
         problem = "no attempt"
         for attempt in range(START_ATTEMPTS):
@@ -462,7 +484,7 @@ class SandboxedProcess:
         err_r, err_w = os.pipe()
         try:
             command = bwrap_argv(bwrap_executable(), self.limits, cwd=cwd, mounts=mounts, hidden=hidden,
-                                 info_fd=info_w) + inner
+                                 info_fd=info_w, host_proc=self.zygote and os.geteuid() == 0) + inner
             try:
                 self.proc = subprocess.Popen(
                     command, env=environment, pass_fds=(*pass_fds, info_w), stdin=subprocess.DEVNULL,
@@ -525,7 +547,7 @@ class SandboxedProcess:
         if pid is None:
             return None
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+            fields = read_proc(f"/proc/{pid}/stat").rpartition(")")[2].split()
             return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         except (OSError, ValueError, IndexError):
             return None
@@ -538,7 +560,7 @@ class SandboxedProcess:
         ticks, found = 0, False
         for pid in self.sandbox_pids():
             try:
-                fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+                fields = read_proc(f"/proc/{pid}/stat").rpartition(")")[2].split()
                 ticks += sum(int(fields[i]) for i in (11, 12, 13, 14))  # utime stime cutime cstime
                 found = True
             except (OSError, ValueError, IndexError):
@@ -556,7 +578,7 @@ class SandboxedProcess:
         if pid is None:
             return None
         try:
-            run_ns, queue_ns, _ = Path(f"/proc/{pid}/task/{pid}/schedstat").read_text().split()
+            run_ns, queue_ns, _ = read_proc(f"/proc/{pid}/task/{pid}/schedstat").split()
             return int(run_ns) / 1e9, int(queue_ns) / 1e9
         except (OSError, ValueError):
             return None
@@ -567,7 +589,7 @@ class SandboxedProcess:
         # Used from a process forked from the one that started it (a worker started ahead): not
         # its child, so not waited for here. It has ended once it is gone or a zombie.
         try:
-            state = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()[0]
+            state = read_proc(f"/proc/{self.proc.pid}/stat").rpartition(")")[2].split()[0]
         except (OSError, IndexError):
             return False
         return state not in ("Z", "X")
@@ -583,7 +605,7 @@ class SandboxedProcess:
         pid = self.main_pid()
         found = {}
         try:
-            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            for line in read_proc(f"/proc/{pid}/status").splitlines():
                 key, _, value = line.partition(":")
                 if key in ("VmRSS", "VmHWM"):
                     found["rss" if key == "VmRSS" else "peak"] = int(value.split()[0]) * 1024
@@ -615,7 +637,7 @@ class SandboxedProcess:
             return
         try:
             soft, hard = resource.prlimit(pid, resource.RLIMIT_NPROC)
-            tasks = sum(len(os.listdir(f"/proc/{p}/task")) for p in self.sandbox_pids())
+            tasks = sum(len(os.listdir(f"/proc/{p}/task")) for p in self.sandbox_pids(from_main=True))
             resource.prlimit(pid, resource.RLIMIT_NPROC, (max(1, tasks), hard))
         except (OSError, ValueError):
             yield False
@@ -626,9 +648,11 @@ class SandboxedProcess:
             with contextlib.suppress(OSError, ValueError):
                 resource.prlimit(pid, resource.RLIMIT_NPROC, (soft, hard))
 
-    def sandbox_pids(self) -> list[int]:
-        """Every process in the sandbox (its init and all that descend from it), as numbered here."""
-        found, todo = [], [self.init_pid] if self.init_pid is not None else [self.proc.pid]
+    def sandbox_pids(self, from_main: bool = False) -> list[int]:
+        """Every process in the sandbox (its init and all that descend from it), as numbered here;
+        `from_main`: the process that runs `argv` and all that descend from it."""
+        start = self.main_pid() if from_main else self.init_pid
+        found, todo = [], [start] if start is not None else [self.proc.pid]
         while todo:
             pid = todo.pop()
             found.append(pid)
@@ -739,7 +763,7 @@ def own_thread_clock() -> tuple[float, float] | None:
     statistics: while the grader itself runs or waits for a CPU, a worker waiting for it is
     not waiting on its own account (see `blocked_seconds`)."""
     try:
-        run_ns, queue_ns, _ = Path("/proc/thread-self/schedstat").read_text().split()
+        run_ns, queue_ns, _ = read_proc("/proc/thread-self/schedstat").split()
         return int(run_ns) / 1e9, int(queue_ns) / 1e9
     except (OSError, ValueError):
         return None
@@ -786,7 +810,7 @@ def _plain_name(name: str) -> bool:
 def _children(pid: int) -> list[int]:
     """The process ids of `pid`'s children."""
     try:
-        return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        return [int(p) for p in read_proc(f"/proc/{pid}/task/{pid}/children").split()]
     except OSError:  # a Linux kernel built without CONFIG_PROC_CHILDREN: look at every process
         children = []
         for stat in Path("/proc").glob("[0-9]*/stat"):

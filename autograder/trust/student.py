@@ -27,6 +27,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from . import zygote
 from .budget import Budget, Meter
 from .sandbox import (
     CELL_SECONDS,
@@ -46,7 +47,7 @@ from .worker import channel
 from .worker.main import STAND_INS  # library stubs of this module travel with the call
 from .worker.virtual_clock import Took, VirtualClock
 
-WORKER_DIR = Path(__file__).resolve().parent / "worker"
+WORKER_DIR = zygote.WORKER_DIR
 GRACE_SECONDS = 3.0  # the worker's own alarm should stop a call; this much CPU time after, we kill it
 # Code that waits rather than computes (a sleep, a read that never returns) uses no CPU time:
 # it is stopped once it has computed nothing for IDLE_SECONDS (a process on a machine many
@@ -64,18 +65,21 @@ MAX_RESTARTS = 20
 CARRIED_FILE_BYTES = 16 << 20
 
 
-def launch_worker(limits: Limits, hidden: tuple[str, ...]) -> tuple[SandboxedProcess, int, int]:
+def launch_worker(limits: Limits, hidden: tuple[str, ...],
+                  imports: tuple[str, ...] = ()) -> tuple[SandboxedProcess, int, int]:
     """A sandbox with the worker in it, just started: (the process, the fd its requests are
-    written to, the fd its replies are read from). Raises SandboxUnavailable."""
+    written to, the fd its replies are read from). Forked from the zygote of workers that import
+    `imports` where zygotes work (`zygote.py`), else started afresh. Raises SandboxUnavailable."""
+    forked = zygote.forked_worker(limits, tuple(hidden), tuple(imports))
+    if forked is not None:
+        return forked
     request_r, request_w = os.pipe()
     reply_r, reply_w = os.pipe()
     try:
         # Inside the sandbox the worker sees its own files and nothing else of autograder/.
-        script = "/opt/grader-worker/main.py" if sandbox_problem() is None else str(WORKER_DIR / "main.py")
-        mounts = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}")
-                       for name in ("main.py", "channel.py", "virtual_clock.py"))
+        script = zygote.WORKER_SCRIPT if sandbox_problem() is None else str(WORKER_DIR / "main.py")
         argv = [sys.executable, "-I", "-B", script, str(request_r), str(reply_w)]
-        process = SandboxedProcess(argv, limits=limits, pass_fds=(request_r, reply_w), mounts=mounts,
+        process = SandboxedProcess(argv, limits=limits, pass_fds=(request_r, reply_w), mounts=zygote.WORKER_MOUNTS,
                                    hidden=tuple(hidden))
     except SandboxUnavailable:
         for fd in (request_w, reply_r):
@@ -104,7 +108,7 @@ class PreparedWorker:
 
     def __init__(self, limits: Limits, hidden: tuple[str, ...], imports: tuple[str, ...]):
         self.key = (limits, tuple(hidden), tuple(imports))
-        self.process, self.request_fd, self.reply_fd = launch_worker(limits, tuple(hidden))
+        self.process, self.request_fd, self.reply_fd = launch_worker(limits, tuple(hidden), tuple(imports))
         self.waiting_for = ["hello", "prepared"]  # the messages still to come, in order
         try:  # a few bytes into an empty pipe: it never blocks; the worker reads it after its hello
             channel.send(self.request_fd, {"op": "prepare", "imports": list(imports), "rid": PREPARE_RID}, [],
@@ -339,21 +343,27 @@ class Student:
     def _start_worker(self) -> str | None:
         """Start the sandbox and wait for the worker's hello: None, or why it did not come."""
         try:
-            self.process, self.request_fd, self.reply_fd = launch_worker(self.limits, self.hidden)
+            self.process, self.request_fd, self.reply_fd = launch_worker(self.limits, self.hidden, self.imports)
         except SandboxUnavailable as err:
             return str(err)
         try:  # sent before any student code runs: nothing the submission does can stop it
             hello, _ = channel.receive(self.reply_fd, time.monotonic() + START_SECONDS)
+            problem = None if hello.get("op") == "hello" else "the worker's first message was not its hello"
         except channel.ChannelError as err:
-            return f"no hello from the worker ({err})"
-        return None if hello.get("op") == "hello" else "the worker's first message was not its hello"
+            problem = f"no hello from the worker ({err})"
+        if problem is not None and isinstance(self.process, zygote.ForkedSandbox):
+            zygote.forks_fail(problem)  # the next attempt starts a worker afresh
+        return problem
 
     def _adopt(self, spare: PreparedWorker) -> bool:
         """Take over a worker started before this submission was known: wait for what is left of
         its start (its hello, its imports). False, with nothing kept, if it did not come up."""
         self.process, self.request_fd, self.reply_fd = spare.process, spare.request_fd, spare.reply_fd
-        if spare.finish(time.monotonic() + START_SECONDS) is None:
+        problem = spare.finish(time.monotonic() + START_SECONDS)
+        if problem is None:
             return True
+        if isinstance(spare.process, zygote.ForkedSandbox):
+            zygote.forks_fail(problem)
         self.close()
         return False
 
@@ -443,7 +453,7 @@ class Student:
         began = time.monotonic()
         deadline = began + wall
         started = self.process.cpu_seconds()
-        progress = {"cpu": started, "at": began}
+        progress = {"cpu": started, "at": began, "measured": began}
         metered = self.meter.budget is not None and self._baseline is not None
         clock = self.process.main_thread_clock() if metered else None
         ours = own_thread_clock() if metered else None
@@ -499,9 +509,12 @@ class Student:
                         if metered:  # the grader's work, done at the submission's request
                             self.meter.cpu += time.process_time() - cpu
                     progress["at"] = time.monotonic()  # it was waiting for the grader meanwhile
-                    # Measured after every callback too: a submission that calls back without a
-                    # pause never leaves the channel idle long enough for a patience tick.
-                    patience()
+                    # Measured between callbacks too, as often as the channel's own tick: a
+                    # submission that calls back without a pause never leaves the channel idle
+                    # long enough for one (a generation calls back for every layer it runs).
+                    if progress["at"] - progress["measured"] >= channel.TICK:
+                        patience()
+                        progress["measured"] = progress["at"]
                     continue
                 return reply, reply_blobs
         except channel.ChannelTimeout as err:

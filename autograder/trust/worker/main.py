@@ -646,13 +646,8 @@ def unforbid(undo) -> None:
         step()
 
 
-def main(argv: list[str]) -> int:
-    request_fd, reply_fd = int(argv[1]), int(argv[2])
-    devnull = os.open(os.devnull, os.O_RDWR)
-    for fd in (0, 1, 2):  # the student's prints go nowhere, from Python or from C
-        os.dup2(devnull, fd)
-    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
-    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+def serve(request_fd: int, reply_fd: int) -> int:
+    """Answer the grader's requests on these pipes until it closes them."""
     import warnings
 
     warnings.simplefilter("ignore")
@@ -668,6 +663,19 @@ def main(argv: list[str]) -> int:
     except (channel.ChannelClosed, KeyboardInterrupt):
         return 0
     return 0
+
+
+def main(argv: list[str]) -> int:
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1, 2):  # the student's prints go nowhere, from Python or from C
+        os.dup2(devnull, fd)
+    sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    if argv[1] == "--zygote":  # forks a worker for each submission instead (zygote.py)
+        import zygote
+
+        return zygote.main(argv[2:], serve)
+    return serve(int(argv[1]), int(argv[2]))
 
 
 if __name__ == "__main__":

@@ -13,12 +13,16 @@ the variants are the course's own code and run in this process."""
 
 from __future__ import annotations
 
-from ..trust.sandbox import quiet
-from ..trust.student import Outcome
+import copy
+import sys
+
+from ..trust.sandbox import one_torch_thread, quiet
+from ..trust.student import InProcessStudent, Outcome
 from .catalogue import Seen, explain
 from .originality import copies_course_class, imports_course_module
 from .probes import (
     StudentApi,
+    Trusted,
     call_trusted,
     probe_student,
     probe_trusted,
@@ -50,7 +54,6 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     part = unit.part(part_name)
     seconds = max(seconds, part.seconds or 0.0)
     ref = load_reference(unit.name)
-    reference_fn = getattr(ref, part.name)
     kind = student.kind(part.name)
     # While this part is graded, the contract functions it may call are the reference's,
     # so that a bug in `softmax` costs points once, not again in every caller.
@@ -138,12 +141,7 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         if check.kind == "unchanged" and check.probe is None:
             results.append(result(check, *judge_unchanged(check, inputs, outcome)))
             continue
-        if check.oracle is not None:
-            expected = call_trusted(lambda *a, o=check.oracle, **k: o(Inputs(a, k)), inputs.copy())
-        elif check.probe is not None:
-            expected = probe_trusted(check.probe, dict(vars(ref)), inputs.copy())
-        else:
-            expected = call_trusted(reference_fn, inputs.copy())
+        expected = expected_value(unit, part, check, inputs)
         if expected.error is not None:
             raise RuntimeError(f"the reference {part.name} failed on check {check.name}: "
                                f"{exception_text(expected.error)}")
@@ -179,6 +177,54 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
         if swapped_note and not unfinished:
             results[i].message += swapped_note
     return apply_requirements(part, results)
+
+
+# What the reference gives on each check, by (unit, part, check): a check's inputs come from its
+# own seed, so this is the same in every grading. Kept for the life of the process, and computed
+# ahead, before any grading run is forked from it, by `rehearse`.
+_EXPECTED: dict[tuple[str, str, str], Trusted] = {}
+
+
+def expected_value(unit: Unit, part: Part, check: Check, inputs: Inputs) -> Trusted:
+    """The reference's answer to `check` (an oracle's, a trusted probe's, or its function's), as
+    computed here once; each caller gets a copy of its own."""
+    key = (unit.name, part.name, check.name)
+    if key not in _EXPECTED:
+        if check.oracle is not None:
+            expected = call_trusted(lambda *a, o=check.oracle, **k: o(Inputs(a, k)), inputs.copy())
+        elif check.probe is not None:
+            expected = probe_trusted(check.probe, dict(vars(load_reference(unit.name))), inputs.copy())
+        else:
+            expected = call_trusted(getattr(load_reference(unit.name), part.name), inputs.copy())
+        if expected.error is not None:
+            return expected  # the reference broke: said at once, never kept
+        _EXPECTED[key] = expected
+    return Trusted(value=copy.deepcopy(_EXPECTED[key].value))
+
+
+def rehearse(unit: Unit) -> None:
+    """Grade the reference here, in this process (it is the course's code), so that what every
+    grading computes on the trusted side alone (each check's expected value, and what the units
+    keep of the reference's runs: a training run, a checkpoint's round trip, the grader's own
+    measurements) is computed once and inherited by every grading run forked from this process
+    (`run.prepare_forked_runs`). On one PyTorch thread, as trusted code always runs (no thread
+    pool is left to be forked), and with the random generators put back as they were."""
+    import random
+
+    import numpy as np
+
+    torch = sys.modules.get("torch")
+    states = (random.getstate(), np.random.get_state(), torch.get_rng_state() if torch is not None else None)
+    student = InProcessStudent(dict(vars(load_reference(unit.name))))
+    try:
+        with one_torch_thread():
+            for part in unit.parts:
+                grade_part(unit, part.name, student, name_mistakes=False)
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        if states[2] is not None:
+            sys.modules["torch"].set_rng_state(states[2])
 
 
 def locate_step(part: Part, student, stubs: dict, seconds: float) -> str | None:

@@ -136,6 +136,12 @@ class Part:
         return float(sum(c.points for c in self.checks))
 
 
+# What a process that trains with torch.optim imports before its first step: the first step of an
+# optimizer imports torch._dynamo, a second of CPU, which a unit whose checks train has done ahead
+# (its `worker_imports` for the student's worker, its `grader_imports` for the grader's own runs).
+OPTIMIZER_IMPORTS = ("torch", "torch.optim", "torch._dynamo")
+
+
 @dataclass(frozen=True)
 class Unit:
     name: str  # "01_attention"

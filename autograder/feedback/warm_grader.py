@@ -47,7 +47,7 @@ class WarmGrader:
         self.spare = None  # the worker started ahead (student.PreparedWorker), and its unit
         self.spare_unit: str | None = None
         for name in [unit] if unit else COURSE_UNITS:  # pytest, the graders and what they import
-            run.prepare_forked_runs(name)
+            run.prepare_forked_runs(name, zygote=False)  # a unit's zygote comes with its first worker
         self.warmed = {unit} if unit else set(COURSE_UNITS)
         if unit:
             self.prepare(unit)
@@ -84,11 +84,14 @@ class WarmGrader:
     def check(self, unit: str, part: str, path: str) -> dict:
         from ..grading import run
         from ..trust import student
+        from ..units import UNITS
         from .reports import answer
 
         if unit not in self.warmed:
-            run.prepare_forked_runs(unit)
+            run.prepare_forked_runs(unit, zygote=False)
             self.warmed.add(unit)
+        if unit in UNITS and self.spare_unit != unit:
+            self.prepare(unit)  # here, not in the run: its zygote is then kept for the next check
         if self.spare is not None and self.spare_unit == unit:
             student.offer_spare(self.spare)  # the grading run forked for this check adopts it
             self.spare = self.spare_unit = None
@@ -104,6 +107,8 @@ class WarmGrader:
     # ------------------------------------------------------------ the socket
 
     def serve(self, idle: float = IDLE_SECONDS) -> None:
+        from ..grading import run
+
         listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         with contextlib.suppress(FileNotFoundError):
             self.socket_path.unlink()  # a dead grader's (the lock says no live one has it)
@@ -134,8 +139,9 @@ class WarmGrader:
                     with connection:
                         unit = self.answer_connection(connection)
                     last = time.monotonic()
-                    if unit:
-                        self.prepare(unit)  # after the answer: it never slows the check it follows
+                    if unit:  # after the answer: neither slows the check it follows
+                        self.prepare(unit)
+                        run.rehearse_once(unit)  # the trusted half of the unit's grading, for the next run
                 try:
                     if self.socket_path.stat().st_ino != identity:
                         return  # another grader has the socket now

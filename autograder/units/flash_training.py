@@ -45,6 +45,7 @@ import torch
 from ..engine.compare import Tolerance, compare_arrays, describe
 from ..engine.probes import ProbeFailed
 from ..engine.spec import (
+    OPTIMIZER_IMPORTS,
     Check,
     Inputs,
     Misconception,
@@ -164,6 +165,9 @@ def graded() -> Unit:
         misconceptions=MISCONCEPTIONS,
         sample_bug=SampleBug("flash_attention", "acc = acc * correction + p @ vj", "acc = acc + p @ vj",
                              "flash_no_rescale"),
+        # `train` steps an optimizer, in the student's worker and in the grader (the reference's run)
+        worker_imports=OPTIMIZER_IMPORTS,
+        grader_imports=OPTIMIZER_IMPORTS,
     )
 
 

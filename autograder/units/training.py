@@ -10,7 +10,7 @@ them together.
 
 from __future__ import annotations
 
-from ..engine.spec import Unit
+from ..engine.spec import OPTIMIZER_IMPORTS, Unit
 from . import training_recipe, training_runs, training_tokenizer
 
 UNIT_NAME = "08_training"
@@ -26,4 +26,5 @@ UNIT = Unit(
     misconceptions=training_tokenizer.MISCONCEPTIONS + training_recipe.MISCONCEPTIONS + training_runs.MISCONCEPTIONS,
     sample_bug=training_tokenizer.SAMPLE_BUG,
     worker_imports=training_runs.WORKER_IMPORTS,
+    grader_imports=OPTIMIZER_IMPORTS,  # the reference's runs, on the grader's side
 )

@@ -55,14 +55,14 @@ import numpy as np
 import torch
 
 from ..engine.compare import Tolerance, describe
-from ..engine.spec import Check, Inputs, Misconception, Part
+from ..engine.spec import OPTIMIZER_IMPORTS, Check, Inputs, Misconception, Part
 from ..trust.sandbox import quiet
 from ..trust.student import InProcessStudent, LocalHandle
 
 MODEL = "coursekit.gpt.GPT"
 TINY = dict(vocab_size=32, context_length=16, d_model=16, n_layers=1, n_heads=2, d_ff=None, tie_weights=True)
 # The worker imports these before any timed call: an optimizer's first step imports torch._dynamo.
-WORKER_IMPORTS = ("torch", "torch.optim", "torch._dynamo", "numpy")
+WORKER_IMPORTS = (*OPTIMIZER_IMPORTS, "numpy")
 # Weights after a few AdamW steps, in the worker (one thread) against the reference here: the same
 # operations, summed in other orders at most. Seen: 0 to 3e-7; a real mistake moves them by 1e-3 and more.
 WEIGHTS = Tolerance(rtol=1e-4, atol=2e-5)

@@ -32,6 +32,8 @@ import torch
 
 from ..engine.reference import load_reference
 
+BEFORE = "fb869f4"  # issue 27's "before": main when the check line's times were taken
+
 
 def _sync(device: torch.device) -> None:
     if device.type == "cuda":
@@ -335,11 +337,78 @@ def bench_load(units=None, at_once: int = 4, busy_per_core: int = 4, rounds: int
 
 
 def bench_feedback(students: int = 25, limit: int = 10, workers: int | None = None, attacker: bool = True,
-                   log=print) -> dict:
+                   unit: str = "01_attention", log=print) -> dict:
     """The feedback service's load test (tests/test_feedback_load.py runs the same function)."""
     from .load_test import load_test
 
-    return load_test(students=students, limit=limit, workers=workers, attacker=attacker, log=log)
+    return load_test(students=students, limit=limit, workers=workers, attacker=attacker, unit=unit, log=log)
+
+
+# The class alone, in a course tree of any age: the load test's module moved (issue 28), and a
+# tree from before it knows unit 01's class only, which the driver gives another unit's files and
+# patterns through the module's own names (its functions read them when they run).
+_THROUGHPUT_DRIVER = '''
+import json, sys
+unit, files, patterns, students, workers = sys.argv[1], json.loads(sys.argv[2]), json.loads(sys.argv[3]), \\
+    int(sys.argv[4]), (int(sys.argv[5]) or None)
+try:
+    from autograder.tools import load_test as lt
+except ImportError:
+    from autograder import feedback_server as lt
+lt.LOAD_UNIT, lt.LOAD_PATTERNS = unit, tuple(tuple(p) for p in patterns)
+kwargs = dict(students=students, limit=10, workers=workers, files=tuple(files),
+              log=lambda line: print(line, file=sys.stderr, flush=True))
+if "unit" in lt.load_test.__code__.co_varnames:
+    kwargs["unit"] = unit
+result = lt.load_test(**kwargs)
+print(json.dumps({key: result[key] for key in ("checks_per_minute", "graded", "seconds", "median_s", "p95_s",
+                                                "workers", "problems")}))
+'''
+
+
+def bench_feedback_throughput(units=("01_attention", "07_flash_training"), before: str | None = BEFORE,
+                              students: int = 25, workers: int | None = None, log=print) -> dict:
+    """Checks graded per minute by the feedback service for a class of `students` (each sends two
+    checks of `unit` at once, every one graded), this tree beside a copy of `before`, run one
+    after the other by the same Python."""
+    import shutil
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    from ..paths import ROOT
+    from .load_test import LOAD_CLASSES
+
+    scratch = Path(tempfile.mkdtemp(prefix="feedback-throughput-"))
+    try:
+        trees = {"after": ROOT}
+        if before:
+            trees = {"before": _course_copy(before, scratch / "before"), "after": ROOT}
+        rows = {}
+        for unit in units:
+            files, patterns = LOAD_CLASSES[unit]
+            for label, tree in trees.items():
+                env = dict(os.environ, PYTHONPATH=str(tree), MPLBACKEND="Agg")
+                proc = subprocess.run([sys.executable, "-c", _THROUGHPUT_DRIVER, unit, json.dumps(files),
+                                       json.dumps(patterns), str(students), str(workers or 0)],
+                                      cwd=tree, env=env, capture_output=True, text=True)
+                try:
+                    rows[(unit, label)] = json.loads(proc.stdout.strip().splitlines()[-1])
+                except (ValueError, IndexError):
+                    rows[(unit, label)] = {"problems": [f"no figures (exit {proc.returncode}): {proc.stderr[-800:]}"]}
+                row = rows[(unit, label)]
+                log(f"{unit} {label:6s}: " + (
+                    f"{row['graded']} checks graded in {row['seconds']:.1f} s, {row['checks_per_minute']:.1f} per "
+                    f"minute ({row['workers']} workers; median {row['median_s']:.1f} s, p95 {row['p95_s']:.1f} s)"
+                    if "graded" in row else "") + (f"; PROBLEMS: {row['problems']}" if row["problems"] else ""))
+        log("| unit | " + " | ".join(f"checks per minute, {label}" for label in trees) + " |")
+        log("| --- |" + " --- |" * len(trees))
+        for unit in units:
+            log(f"| {unit} | " + " | ".join(f"{rows[(unit, label)].get('checks_per_minute', float('nan')):.1f}"
+                                             for label in trees) + " |")
+        return {f"{unit} {label}": row for (unit, label), row in rows.items()}
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 class MergesDiffer(AssertionError):
@@ -512,7 +581,26 @@ LATENCY_CASES = {
     "07_flash_training": ("flash_attention", "correct_einsum_tiles", "wrong_flash_no_rescale"),
     "08_training": ("lr_at", "correct_written_plainly", "wrong_lr_warmup_from_zero__lr_at"),
 }
-BEFORE = "fb869f4"  # issue 27's "before": main when the check line's times were taken
+REFERENCE = "the reference notebook"  # solutions/UNIT/*.ipynb, as the answer checked
+
+
+def _snapshot(unit: str, answer_name: str, home, attempt: int, tree):
+    """A saved copy of the answer, a file of its own each time: the line answers an unchanged one
+    from its cache. The reference is the tree's own solution notebook."""
+    from pathlib import Path
+
+    from ..paths import ROOT
+
+    if answer_name == REFERENCE:
+        notebook = json.loads(next((Path(tree) / "solutions" / unit).glob("*.ipynb")).read_text())
+        notebook.setdefault("metadata", {})["bench_check"] = attempt
+        snapshot = home / f"reference-{attempt}.ipynb"
+        snapshot.write_text(json.dumps(notebook))
+        return snapshot
+    source = ROOT / "tests" / "submissions" / unit / f"{answer_name}.py"
+    snapshot = home / f"{answer_name}-{attempt}.py"
+    snapshot.write_text(source.read_text() + f"\n# check {attempt}\n")
+    return snapshot
 
 
 class _CpuMeter:
@@ -623,6 +711,37 @@ def _stop_warm_grader(tree, env) -> None:
         time.sleep(0.2)
 
 
+def _course_copy(commit: str, folder):
+    """`git archive` of `commit` unpacked in `folder`, gradeable from there (see below)."""
+    import subprocess
+
+    from ..paths import ROOT
+
+    folder.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit], capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
+    _let_a_copy_import_its_coursekit(folder)
+    return folder
+
+
+def _let_a_copy_import_its_coursekit(tree) -> None:
+    """Before 8690d04 (issue 26), the sandbox's worker found `coursekit` only where the environment's
+    editable install points (this checkout's), which a copy of the course elsewhere does not show it:
+    graded from such a copy, every part that uses coursekit scored 0, and ran fewer checks than it
+    does in place. The copy's worker is given its own folder first on its path, as 8690d04 does;
+    nothing else of the old tree changes."""
+    from pathlib import Path
+
+    worker = Path(tree) / "autograder" / "worker" / "main.py"
+    if not worker.exists() or "COURSE_PACKAGE" in (Path(tree) / "autograder" / "sandbox.py").read_text():
+        return  # a tree laid out after issue 28, or one with the fix
+    text = worker.read_text()
+    anchor = "    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))\n"
+    if text.count(anchor) != 1:
+        raise RuntimeError(f"{worker} is not the worker this patch knows")
+    worker.write_text(text.replace(anchor, anchor + f"    sys.path.insert(1, {str(tree)!r})  # bench: see above\n"))
+
+
 def bench_feedback_latency(units=None, repeats: int = 2, before: str | None = BEFORE, log=print) -> dict:
     """The check line's time, from its start to its answer, per unit: one cheap part and the
     whole notebook, on the reference and on a wrong answer, cold (the first check of that course
@@ -634,7 +753,6 @@ def bench_feedback_latency(units=None, repeats: int = 2, before: str | None = BE
     at most 0.2 s."""
     import os
     import shutil
-    import subprocess
     import tempfile
     from pathlib import Path
 
@@ -646,20 +764,16 @@ def bench_feedback_latency(units=None, repeats: int = 2, before: str | None = BE
     meter = _CpuMeter(f"feedback-latency-{os.getpid()}")
     try:
         if before:
-            old = scratch / "before"
-            old.mkdir()
-            archive = subprocess.run(["git", "-C", str(ROOT), "archive", before], capture_output=True, check=True)
-            subprocess.run(["tar", "-x", "-C", str(old)], input=archive.stdout, check=True)
-            trees = {"before": old, "after": ROOT}
+            trees = {"before": _course_copy(before, scratch / "before"), "after": ROOT}
         log(f"CPU seconds measured with {meter.how}; {repeats} warm repeats; before = {before or '(not run)'}")
         rows = []
         for unit in units:
             part, correct, wrong = LATENCY_CASES[unit]
-            for asked in (part, "all"):
-                for answer_name in (correct, wrong):
+            # The whole notebook of the reference too: issue 27's measure of one whole grading.
+            for asked, answers in ((part, (correct, wrong)), ("all", (REFERENCE, correct, wrong))):
+                for answer_name in answers:
                     row = {"unit": unit, "part": asked, "answer": answer_name}
                     for label, tree in trees.items():
-                        source = ROOT / "tests" / "submissions" / unit / f"{answer_name}.py"
                         times, cpus, score = [], [], None
                         # One student's cache (so one warm grader, where the tree has one) per row:
                         # its first check starts the grader, the next ones find it.
@@ -670,8 +784,7 @@ def bench_feedback_latency(units=None, repeats: int = 2, before: str | None = BE
                                    XDG_CONFIG_HOME=str(home / "config"), MPLBACKEND="Agg")
                         for attempt in range(1 + repeats):
                             # a file of its own each time: the line would answer an unchanged one from its cache
-                            snapshot = home / f"{answer_name}-{attempt}.py"
-                            snapshot.write_text(source.read_text() + f"\n# check {attempt}\n")
+                            snapshot = _snapshot(unit, answer_name, home, attempt, tree)
                             out = home / f"answer-{attempt}.json"
                             counted = meter.reading()
                             wall, _, _ = meter.run([sys.executable, "-m", "coursekit.feedback", unit, asked,
@@ -741,12 +854,21 @@ def main(argv: list[str]) -> int:
         parser.add_argument("--no-attacker", action="store_true", help="the class alone only")
         parser.add_argument("--slow", action="store_true",
                             help="only the slow notebook beside one classmate (2 workers unless --workers)")
+        parser.add_argument("--unit", default="01_attention", help="the class's unit (01_attention, 07_flash_training)")
+        parser.add_argument("--throughput", action="store_true",
+                            help="only checks graded per minute (the class alone), units 01 and 07, this tree "
+                                 "beside --before")
+        parser.add_argument("--before", default=BEFORE, help="with --throughput: the commit compared ('' for none)")
         args = parser.parse_args(argv[1:])
+        if args.throughput:
+            rows = bench_feedback_throughput(before=args.before or None, students=args.students, workers=args.workers)
+            return 1 if any(row["problems"] for row in rows.values()) else 0
         if args.slow:
             from .load_test import slow_notebook_scenario
 
             return 1 if slow_notebook_scenario(workers=args.workers or 2)["problems"] else 0
-        return 1 if bench_feedback(args.students, args.limit, args.workers, not args.no_attacker)["problems"] else 0
+        return 1 if bench_feedback(args.students, args.limit, args.workers, not args.no_attacker,
+                                   args.unit)["problems"] else 0
     if argv[0] == "feedback-latency":
         import argparse
 

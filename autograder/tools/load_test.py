@@ -1,7 +1,7 @@
 """The feedback service under a class's load, alone and beside an attacker (`course.py bench
 feedback`, and tests/test_feedback_load.py).
 
-`load_test`: 25 students each send two checks of unit 01 at once to a service on localhost;
+`load_test`: 25 students each send two checks of unit 01 (or 07: LOAD_CLASSES) at once to a service on localhost;
 every answer is compared with `python -m autograder feedback` on the same file, the refusals
 with what the limit allows in the order the service took the checks, and the database with
 the requests sent. With `attacker=True` the same class (25 more students, the same checks)
@@ -41,11 +41,17 @@ from ..feedback.db import Database
 from ..feedback.service import Grading, Service
 from ..paths import ROOT
 
-LOAD_UNIT = "01_attention"
+LOAD_UNIT = "01_attention"  # the class's unit by default, and the attacker's
 LOAD_FILES = ("correct_einsum", "wrong_no_scaling", "wrong_softmax_axis_zero")  # each costs a CLI run
 # What each student sends at once, in turn: one part twice; every part and one part; one part and
 # every part. With one check per part allowed, exactly one of each pair is over the limit.
 LOAD_PATTERNS = (("softmax", "softmax"), ("all", "scaled_dot_product_attention"), ("self_attention", "all"))
+# The classes a load test can send (`load_test(unit=...)`): their files and patterns, as above.
+LOAD_CLASSES = {
+    LOAD_UNIT: (LOAD_FILES, LOAD_PATTERNS),
+    "07_flash_training": (("correct_einsum_tiles", "wrong_flash_no_rescale", "wrong_train_no_zero_grad"),
+                          (("flash_attention", "flash_attention"), ("all", "time_fn"), ("train", "all"))),
+}
 ATTACK_CONNECTIONS, ATTACK_STREAMS = 200, 4
 # A scratch cell that waits about 30 minutes, computing some 40 ms every 8 s: inside every per-cell
 # limit (CPU time, the 20 s no-progress rule, the wall-clock backstop); the run's budget of waiting
@@ -292,7 +298,7 @@ class Attacker:
 # ---------------------------------------------------------------- the class
 
 
-def cli_reports(folder: Path, sources: dict[str, str], workers: int | None) -> dict:
+def cli_reports(folder: Path, sources: dict[str, str], workers: int | None, unit: str = LOAD_UNIT) -> dict:
     """`python -m autograder feedback` (`course.py check`'s run) on each file, as JSON."""
     import subprocess
     from concurrent.futures import ThreadPoolExecutor
@@ -303,7 +309,7 @@ def cli_reports(folder: Path, sources: dict[str, str], workers: int | None) -> d
         (folder / f"{name}.ipynb").write_bytes(notebook_bytes(source))
 
     def cli(name: str) -> dict:
-        proc = subprocess.run([sys.executable, "-m", "autograder", "feedback", LOAD_UNIT,
+        proc = subprocess.run([sys.executable, "-m", "autograder", "feedback", unit,
                                str(folder / f"{name}.ipynb"), "--part", "all"],
                               cwd=ROOT, capture_output=True, text=True, timeout=600)
         return json.loads(proc.stdout)
@@ -313,7 +319,7 @@ def cli_reports(folder: Path, sources: dict[str, str], workers: int | None) -> d
 
 
 def send_at_once(port: int, tokens: dict[str, str], plan: list[tuple[str, str, str]],
-                 bodies: dict[str, bytes]) -> list[tuple[int, dict, float]]:
+                 bodies: dict[str, bytes], unit: str = LOAD_UNIT) -> list[tuple[int, dict, float]]:
     """Every check of `plan` (student, part, file) sent at once: (status, answer, seconds)."""
     from tornado.httpclient import AsyncHTTPClient, HTTPRequest
 
@@ -322,7 +328,7 @@ def send_at_once(port: int, tokens: dict[str, str], plan: list[tuple[str, str, s
         started = time.perf_counter()
 
         async def one(student: str, part: str, name: str):
-            request = HTTPRequest(check_url(port, LOAD_UNIT, part), method="POST", body=bodies[name],
+            request = HTTPRequest(check_url(port, unit, part), method="POST", body=bodies[name],
                                   headers={"Authorization": f"Bearer {tokens[student]}",
                                            "Content-Type": "application/x-ipynb+json"},
                                   request_timeout=1800, connect_timeout=60)
@@ -338,7 +344,7 @@ def send_at_once(port: int, tokens: dict[str, str], plan: list[tuple[str, str, s
 
 
 def check_class(names: list[str], plan: list, answers: list, db: Database, expected: dict, limit: int,
-                file_of: dict) -> tuple[list[str], int]:
+                file_of: dict, unit: str = LOAD_UNIT) -> tuple[list[str], int]:
     """What is wrong with the answers and records of these students (one line each), and how
     many of their checks the limit should have refused."""
     problems = []
@@ -364,7 +370,7 @@ def check_class(names: list[str], plan: list, answers: list, db: Database, expec
         # The refused came after the graded (a check taken first would have had room), so the
         # limit applied to that order must refuse exactly them.
         order = [r["part"] for r in mine] + refused_parts
-        should = expected_outcomes(order, LOAD_UNIT, limit)
+        should = expected_outcomes(order, unit, limit)
         refused_expected += should.count(records.OVER_LIMIT)
         if should != [records.GRADED] * len(mine) + [records.OVER_LIMIT] * len(refused_parts):
             problems.append(f"{student}: the limit should have made {should} of {order}")
@@ -395,10 +401,11 @@ def figures(plan: list, answers: list, refused_expected: int, problems: list[str
             "median_s": median, "p95_s": p95, "answers": answers, "plan": plan, "problems": problems}
 
 
-def load_test(students: int = 25, limit: int = 1, workers: int | None = None, files=LOAD_FILES,
+def load_test(students: int = 25, limit: int = 1, workers: int | None = None, files=None,
               attacker: bool = False, connections: int = ATTACK_CONNECTIONS, streams: int = ATTACK_STREAMS,
-              slow: bool = True, log=print) -> dict:
-    """See the module's docstring. Returns the figures of the class alone (and, with
+              slow: bool = True, unit: str = LOAD_UNIT, log=print) -> dict:
+    """See the module's docstring. The class checks `unit` (one of LOAD_CLASSES: its files and
+    patterns); the attacker attacks unit 01. Returns the figures of the class alone (and, with
     `attacker`, under "attacked" those of the class beside the attacker), and `problems` (one
     line each; empty when all is as it should be)."""
     import shutil
@@ -406,11 +413,14 @@ def load_test(students: int = 25, limit: int = 1, workers: int | None = None, fi
 
     from ..paths import ROOT
 
+    class_files, patterns = LOAD_CLASSES[unit]
+    files = files or class_files
+    units = list(dict.fromkeys([unit, LOAD_UNIT] if attacker else [unit]))
     folder = Path(tempfile.mkdtemp(prefix="feedback-load-"))
     try:
-        sources = {name: (ROOT / "tests" / "submissions" / LOAD_UNIT / f"{name}.py").read_text() for name in files}
+        sources = {name: (ROOT / "tests" / "submissions" / unit / f"{name}.py").read_text() for name in files}
         started = time.perf_counter()
-        expected = cli_reports(folder, sources, workers)
+        expected = cli_reports(folder, sources, workers, unit)
         log(f"`python -m autograder feedback` on the {len(sources)} files: {time.perf_counter() - started:.1f} s")
         bodies = {name: notebook_bytes(source) for name, source in sources.items()}
         file_of = {hashlib.sha256(body).hexdigest(): name for name, body in bodies.items()}
@@ -421,26 +431,26 @@ def load_test(students: int = 25, limit: int = 1, workers: int | None = None, fi
             cohorts["attacked"] = [f"t{i:02d}" for i in range(students)]
         tokens = db.add_students([name for names in cohorts.values() for name in names] + ["mallory"])
         grading = Grading(workers)
-        service = Service([LOAD_UNIT], db, grading, limit=limit, log=lambda line: None)
+        service = Service(units, db, grading, limit=limit, log=lambda line: None)
         phases, attack_report = {}, None
         try:
-            grading.warm_up([LOAD_UNIT])
+            grading.warm_up(units)
             port = service.start()
             for phase, names in cohorts.items():
                 plan = []  # (student, part, file), in the order sent; every file is sent in every pattern
                 for i, name in enumerate(names):
-                    for part in LOAD_PATTERNS[i % len(LOAD_PATTERNS)]:
-                        plan.append((name, part, files[i // len(LOAD_PATTERNS) % len(files)]))
+                    for part in patterns[i % len(patterns)]:
+                        plan.append((name, part, files[i // len(patterns) % len(files)]))
                 mallory = None
                 if phase == "attacked":
                     mallory = Attacker(port, tokens["mallory"], connections=connections, streams=streams, slow=slow)
                     time.sleep(8)  # the slow check is being graded, the connections are held, the streams flow
                 service.stall = 0.0
-                answers = send_at_once(port, tokens, plan, bodies)
+                answers = send_at_once(port, tokens, plan, bodies, unit)
                 stall = service.stall
                 if mallory is not None:
                     attack_report = mallory.finish()
-                problems, refused_expected = check_class(names, plan, answers, db, expected, limit, file_of)
+                problems, refused_expected = check_class(names, plan, answers, db, expected, limit, file_of, unit)
                 phases[phase] = {**figures(plan, answers, refused_expected, problems), "stall_s": stall}
             held = db.records()
             refusals = db.refusals()
@@ -454,7 +464,7 @@ def load_test(students: int = 25, limit: int = 1, workers: int | None = None, fi
                   r["count"] for r in refusals if r["student"] in cohorts["alone"]),
               "problems": [f"{phase}: {line}" for phase, figured in phases.items() for line in figured["problems"]]}
     alone = phases["alone"]
-    log(f"{alone['sent']} checks sent at once by {students} students ({limit} per part allowed), "
+    log(f"{alone['sent']} checks of {unit} sent at once by {students} students ({limit} per part allowed), "
         f"{grading.workers} grading workers: {alone['answered']} answered, {alone['graded']} graded, "
         f"{alone['refused']} refused over the limit ({alone['refused_expected']} expected), "
         f"{result['records']} requests recorded")

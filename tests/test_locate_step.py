@@ -108,8 +108,72 @@ UNIT_02_STEPS = {
         "targets_rolled": "the inputs' shape", "token_ids_as_floats": "the inputs' type",
     },
 }
+UNIT_05_STEPS = {
+    "sinusoidal_positions": {
+        "sinusoid_sin_cos_swapped": "the columns' functions", "sinusoid_halves": "the columns' layout",
+        "sinusoid_exponent_i": "the frequencies", "sinusoid_exponent_column": "the frequencies",
+        "sinusoid_exponent_doubled": "the frequencies", "sinusoid_from_one": "the positions",
+        "sinusoid_float64": "the dtype",
+    },
+    "rope": {
+        "rope_rotate_halves": "the pairs", "rope_exponent_i": "the frequencies",
+        "rope_wrong_direction": "the direction",
+        "rope_ignores_positions": "the positions", "rope_ignores_base": "the base",
+        "rope_output_concatenated": "the pairs", "rope_exponent_positive": "the frequencies",
+    },
+}
+ATTENTION_07 = {"scale_by_length": "the scale", "mask_with_zero": "the mask", "mask_hides_diagonal": "the mask"}
+UNIT_07_STEPS = {
+    "naive_attention": {
+        **ATTENTION_07, "naive_no_scale": "the scale", "naive_mask_upper": "the mask",
+        "naive_softmax_over_queries": "the softmax's axis", "naive_mask_after_softmax": "the mask",
+    },
+    "flash_attention": {
+        **ATTENTION_07, "flash_exp_before_max_update": "the online softmax", "flash_no_rescale": "the online softmax",
+        "flash_sum_not_rescaled": "the online softmax", "flash_no_final_division": "the final division",
+        "flash_diagonal_local_indices": "the mask", "flash_partial_tile_dropped": "the last, partial tile",
+        "flash_no_scale": "the scale", "flash_skips_diagonal_tile": "the mask",
+        "flash_full_rows": None,  # right on every input: only its memory, measured by a check, is wrong
+    },
+}
+UNIT_08_STEPS = {
+    "pretokenize": {
+        "pretokenize_str_split": "the white space", "pretokenize_ascii_letters": "letters and digits",
+        "pretokenize_ignore_case": "the contractions", "pretokenize_no_trailing_space_rule": "a run of spaces",
+        "pretokenize_space_apart": "the space before a word",
+    },
+    "train_bpe": {
+        "merges_cross_chunks": "the chunks", "tie_smallest_pair": "the tie-break", "tie_first_seen": "the tie-break",
+        "tie_by_ids": None,  # shows only where merged tokens tie, which the locator's texts do not make
+        "non_overlapping_counts": "overlapping pairs", "distinct_chunks_once": "the counts' weights",
+        "no_early_stop": "stopping early", "merges_up_to_vocab_size": "the number of merges",
+        "one_merge_too_many": "the number of merges",
+        "merge_right_to_left": None,  # shows only in the counts after a merge in a run of three or more
+    },
+    "encode": {
+        "merges_cross_chunks": "the chunks", "merge_right_to_left": "a merge's direction",
+        "encode_greedy_left_to_right": "the merge order", "encode_longest_match": "the merge order",
+        "encode_by_frequency": "the merge order", "encode_by_chunk_frequency": "the merge order",
+        "encode_last_merge_first": "the merge order",
+    },
+    "decode": {
+        "decode_each_token_separately": "the decoding", "decode_errors_ignore": "invalid bytes",
+        "decode_strict": "invalid bytes", "decode_latin1": "the decoding",
+    },
+    "cross_entropy": {
+        "ce_no_max_shift": "the log-sum-exp", "ce_max_not_added_back": "the log-sum-exp",
+        "ce_sum_not_mean": "the reduction", "ce_mean_over_first_axis": "the positions", "ce_wrong_sign": "the sign",
+        "ce_every_row_target": "the targets",
+    },
+    "lr_at": {
+        "lr_warmup_from_zero": "the warm-up", "lr_warmup_never_reaches_max": "the warm-up",
+        "lr_cosine_misses_floor": "the cosine's end", "lr_decays_to_zero": "the cosine",
+        "lr_cosine_past_the_end": "after the end",
+    },
+}
 STEPS = {"01_attention": UNIT_01_STEPS, "02_masking": UNIT_02_STEPS, "03_multihead": UNIT_03_STEPS,
-         "04_block": UNIT_04_STEPS}
+         "04_block": UNIT_04_STEPS, "05_model": UNIT_05_STEPS, "07_flash_training": UNIT_07_STEPS,
+         "08_training": UNIT_08_STEPS}
 LOCATED_UNITS = [name for name, unit in UNITS.items() if any(part.locate for part in unit.parts)]
 
 

@@ -16,6 +16,7 @@ from ..engine.compare import (
     compare_rows_sum_to_one,
     describe,
 )
+from ..engine.locate import close, located_mask, located_scale, shown, what
 from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, StepFailed, Unit
 
 # Stability checks push scores to ~1e4, where float32 arithmetic alone is off by ~1e-3.
@@ -197,14 +198,6 @@ def self_attention_inputs(batch, n, d_model, d_k, d_v, causal=False):
 
 
 
-def _close(got, want, tol: float = 1e-6) -> bool:
-    return got is not None and got.shape == np.shape(want) and bool(np.allclose(got, want, rtol=tol, atol=tol))
-
-
-def _shown(a) -> str:
-    return np.array2string(np.asarray(a, dtype=float), precision=3, suppress_small=True, separator=", ")
-
-
 def exact_softmax(x, axis=-1):
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / e.sum(axis=axis, keepdims=True)
@@ -224,33 +217,33 @@ def locate_softmax(call) -> str | None:
     x = np.log(ratios)  # exp(x) = [1, 2, 3, 6], whose sum is 12
     got = as_array(call(x.copy()))
     if got is None or got.shape != x.shape:
-        return (f"on x = log([[1, 2, 3, 6]]) (shape (1, 4)) it returned {_what(got)}: the output has the "
+        return (f"on x = log([[1, 2, 3, 6]]) (shape (1, 4)) it returned {what(got)}: the output has the "
                 "input's shape")
-    if not _close(got, ratios / 12):
+    if not close(got, ratios / 12):
         along = _sums_to_one_along(got)
         if along:
-            return (f"the axis. On x = log([[1, 2, 3, 6]]) your output {_shown(got)} sums to 1 over {along}, not "
+            return (f"the axis. On x = log([[1, 2, 3, 6]]) your output {shown(got)} sums to 1 over {along}, not "
                     "along the last axis, which is the default (axis=-1)")
-        if np.all(np.isfinite(got)) and got[0, 0] > 0 and _close(got / got[0, 0], ratios, 1e-4):
-            return (f"the normalisation. On x = log([[1, 2, 3, 6]]) your output {_shown(got)} is proportional to "
+        if np.all(np.isfinite(got)) and got[0, 0] > 0 and close(got / got[0, 0], ratios, 1e-4):
+            return (f"the normalisation. On x = log([[1, 2, 3, 6]]) your output {shown(got)} is proportional to "
                     f"exp(x) = [1, 2, 3, 6], as it should be, but the row sums to {got.sum():.4g}, not 1: divide "
                     "exp(x) by its sum along `axis`, and by nothing else")
         if np.all(got > 0) and got[0, 1] > got[0, 0]:
             power = float(np.log(got[0, 1] / got[0, 0]) / np.log(2.0))
-            if _close(got / got[0, 0], ratios ** power, 1e-3):
+            if close(got / got[0, 0], ratios ** power, 1e-3):
                 return (f"the exponent. On x = log([[1, 2, 3, 6]]) your output is proportional to exp({power:.3g} x), "
                         "not exp(x): nothing should multiply x inside the exponential")
-        return (f"the exponentials. On x = log([[1, 2, 3, 6]]) softmax is [1, 2, 3, 6] / 12 = {_shown(ratios / 12)}; "
-                f"yours gives {_shown(got)}")
+        return (f"the exponentials. On x = log([[1, 2, 3, 6]]) softmax is [1, 2, 3, 6] / 12 = {shown(ratios / 12)}; "
+                f"yours gives {shown(got)}")
     x3 = np.log(np.arange(1.0, 13.0).reshape(2, 3, 2))
     try:
         got = as_array(call(x3.copy(), axis=1))
     except StepFailed as err:
         return (f"the axis argument. With x of shape (2, 3, 2) and axis=1 it raised {err}: keep the summed axis "
                 "(keepdims=True) so that each slice along `axis` is divided by its own sum")
-    if not _close(got, exact_softmax(x3, axis=1)):
+    if not close(got, exact_softmax(x3, axis=1)):
         if got is None or got.shape != x3.shape:
-            return (f"the axis argument: with x of shape (2, 3, 2) and axis=1 it returned {_what(got)}: keep the "
+            return (f"the axis argument: with x of shape (2, 3, 2) and axis=1 it returned {what(got)}: keep the "
                     "summed axis (keepdims=True) so that the sum divides each slice along `axis`")
         sums = [ax for ax in range(3) if np.allclose(got.sum(axis=ax), 1.0, atol=1e-6)]
         if sums:
@@ -263,12 +256,12 @@ def locate_softmax(call) -> str | None:
     far = np.array([[0.0, 2000.0], [1000.0, 1000.0 + np.log(2)], [-1000.0, -1000.0 + np.log(2)]])
     want = np.array([[0.0, 1.0], [1 / 3, 2 / 3], [1 / 3, 2 / 3]])
     got = as_array(call(far.copy()))
-    if not _close(got, want, 1e-4):
+    if not close(got, want, 1e-4):
         rows = ["[0, 2000]", "1000 + log([1, 2])", "-1000 + log([1, 2])"]
-        bad = next((i for i in range(3) if got is None or got.shape != want.shape or not _close(got[i], want[i], 1e-4)),
+        bad = next((i for i in range(3) if got is None or got.shape != want.shape or not close(got[i], want[i], 1e-4)),
                    0)
-        return (f"the stability shift. For the row {rows[bad]} softmax is {_shown(want[bad])}; yours gives "
-                f"{_shown(got[bad]) if got is not None and got.shape == want.shape else describe(got)}: exp overflows "
+        return (f"the stability shift. For the row {rows[bad]} softmax is {shown(want[bad])}; yours gives "
+                f"{shown(got[bad]) if got is not None and got.shape == want.shape else describe(got)}: exp overflows "
                 "(or every term underflows to 0) unless each row's own maximum along `axis` is subtracted before "
                 "np.exp (not the minimum, the mean, or the whole array's maximum)")
     return None
@@ -278,57 +271,6 @@ def _pair(value):
     if not isinstance(value, tuple | list) or len(value) != 2:
         return None, None
     return as_array(value[0]), as_array(value[1])
-
-
-def _what(value) -> str:
-    return f"of shape {value.shape}" if isinstance(value, np.ndarray) else describe(value)
-
-
-def _scale_named(c: float, d_k: int, d_model: int | None = None) -> str:
-    known = [(1.0, "not scaled at all"), (1 / d_k, "divided by d_k"), (np.sqrt(d_k), "multiplied by sqrt(d_k)")]
-    if d_model is not None:
-        known += [(1 / d_model, "divided by d_model"), (1 / np.sqrt(d_model), "divided by sqrt(d_model)")]
-    for value, name in known:
-        if abs(c - value) < 1e-3 * max(1.0, value):
-            return name
-    return f"multiplied by {c:.4g}"
-
-
-def _located_scale(weights, d_k: int, raw: float, what: str, d_model: int | None = None) -> str | None:
-    """A row of weights over [key with raw score `raw`, keys with raw score 0...]: None when its
-    ratio says 1/sqrt(d_k) scaled the scores, else the sentence."""
-    if weights is None or not np.all(np.isfinite(weights)) or weights[1] <= 0 or weights[0] <= 0:
-        return None
-    used = float(np.log(weights[0] / weights[1]) / raw)
-    if abs(used - 1 / np.sqrt(d_k)) < 1e-3:
-        return None
-    return (f"the scale. {what}: your weights {_shown(weights)} mean the scores were "
-            f"{_scale_named(used, d_k, d_model)} ({used:.4g} times QKᵀ), where the contract divides by sqrt(d_k) = "
-            f"{np.sqrt(d_k):g}")
-
-
-def _located_mask(weights, mask, what: str) -> str | None:
-    """Weights for equal scores under `mask` (True: may attend): uniform over each row's allowed keys."""
-    want = mask / mask.sum(axis=-1, keepdims=True)
-    if _close(weights, want):
-        return None
-    if weights is None or weights.shape != want.shape:
-        return f"the mask. {what}: the weights came back as {describe(weights)}, expected shape {want.shape}"
-    partial = ~mask.all(axis=-1)  # rows that hide some key
-    if np.allclose(np.nan_to_num(weights[partial][mask[partial]]), 0, atol=1e-6):
-        return (f"the mask's meaning. {what}: your weights are 0 exactly where the mask is True; True marks a key "
-                "that may be attended, False one that is hidden")
-    uniform = np.full(want.shape, 1 / want.shape[-1])
-    if _close(weights, uniform):
-        return (f"the mask. {what}: every key gets weight {1 / want.shape[-1]:.3g}, as if there were no mask: fill "
-                "the scores where the mask is False with -inf before the softmax")
-    if not np.allclose(weights.sum(axis=-1), 1, atol=1e-6):
-        return (f"the mask. {what}: the hidden keys get weight 0 but the rows sum to {_shown(weights.sum(axis=-1))}: "
-                "hide them in the scores (-inf) before the softmax, not in the weights after it")
-    if np.abs(weights[~mask]).max() > 1e-6:
-        return (f"the mask. {what}: hidden keys still get weight (up to {np.abs(weights[~mask]).max():.3g}): fill "
-                "their scores with -inf (or a very negative number), not 0 or a small one")
-    return f"the mask. {what}: row by row the weights should be {_shown(want)}; yours are {_shown(weights)}"
 
 
 def locate_attention(call) -> str | None:
@@ -344,31 +286,31 @@ def locate_attention(call) -> str | None:
         return ("the softmax's axis. With 3 queries and 2 keys your weights' columns sum to 1, not their rows: "
                 "each query's weights over the keys (the last axis) sum to 1")
     if not np.allclose(weights.sum(axis=1), 1, atol=1e-6):
-        return (f"the softmax. With 3 queries and 2 keys your weights' rows sum to {_shown(weights.sum(axis=1))}, not "
+        return (f"the softmax. With 3 queries and 2 keys your weights' rows sum to {shown(weights.sum(axis=1))}, not "
                 "1: the weights are the softmax of the scores over the keys (are they the scores themselves?)")
     # One query and two keys whose raw scores QKᵀ are [2, 0]: scaled, [2/3, 0]. V = I: out = weights.
     Q, K = np.zeros((1, d_k)), np.zeros((2, d_k))
     Q[0, 0], K[0, 0] = 2.0, 1.0
     _, weights = _pair(call(Q, K, np.eye(2)))
-    where = _located_scale(weights[0] if weights is not None and weights.shape == (1, 2) else None, d_k, 2.0,
+    where = located_scale(weights[0] if weights is not None and weights.shape == (1, 2) else None, d_k, 2.0,
                            f"With d_k = {d_k} and raw scores QKᵀ = [[2, 0]]")
     if where:
         return where
     _, weights = _pair(call(Q * 1500, K, np.eye(2)))  # raw scores [3000, 0]: scaled, [1000, 0]
-    if weights is None or not _close(weights, np.array([[1.0, 0.0]]), 1e-6):
+    if weights is None or not close(weights, np.array([[1.0, 0.0]]), 1e-6):
         return (f"the softmax's stability. With scores of 1000 (raw QKᵀ = [[3000, 0]], d_k = {d_k}) the weights are "
-                f"[[1, 0]]; yours are {_shown(weights) if weights is not None else describe(weights)}: subtract each "
+                f"[[1, 0]]; yours are {shown(weights) if weights is not None else describe(weights)}: subtract each "
                 "row's maximum score before exponentiating")
     Q, K = np.array([[1.0, 0], [0, 1], [1, 1]]), np.array([[1.0, 0], [0, 2]])
     V = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])
     out, weights = _pair(call(Q, K, V))
     scores = Q @ K.T / np.sqrt(2)
-    if _close(weights, exact_softmax(scores)) and not _close(out, weights @ V):
-        return (f"the mix. The weights are right, but `out` is not weights @ V: for V = {_shown(V)} it should be "
-                f"{_shown(weights @ V)}; yours is {_shown(out) if out is not None else describe(out)}")
+    if close(weights, exact_softmax(scores)) and not close(out, weights @ V):
+        return (f"the mix. The weights are right, but `out` is not weights @ V: for V = {shown(V)} it should be "
+                f"{shown(weights @ V)}; yours is {shown(out) if out is not None else describe(out)}")
     mask = np.tril(np.ones((3, 3), dtype=bool))
     _, weights = _pair(call(np.zeros((3, 2)), np.zeros((3, 2)), np.eye(3), mask=mask))
-    where = _located_mask(weights, mask, "With every score equal and a causal mask, query i should spread its "
+    where = located_mask(weights, mask, "With every score equal and a causal mask, query i should spread its "
                           "weight evenly over keys 0..i")
     if where:
         return where
@@ -378,12 +320,12 @@ def locate_attention(call) -> str | None:
     except StepFailed as err:
         weights = err
     want = exact_softmax(Qb @ np.swapaxes(Kb, -1, -2) / np.sqrt(2))
-    if not _close(weights if isinstance(weights, np.ndarray) else None, want):
-        shown = f"raised {weights}" if isinstance(weights, StepFailed) else (
+    if not close(weights if isinstance(weights, np.ndarray) else None, want):
+        told = f"raised {weights}" if isinstance(weights, StepFailed) else (
             "gave other weights" if isinstance(weights, np.ndarray) and weights.shape == want.shape else
-            f"gave weights {_what(weights)}")
+            f"gave weights {what(weights)}")
         return ("batch axes. One set of queries alone is right, but with Q (2, 3, 2) and K (2, 2, 2) (a batch of 2) "
-                f"it {shown}, where each batch item's weights, shape (2, 3, 2), are its own queries' against its own "
+                f"it {told}, where each batch item's weights, shape (2, 3, 2), are its own queries' against its own "
                 "keys: transpose only K's last two axes (np.swapaxes(K, -1, -2)), not every axis (K.T)")
     return None
 
@@ -398,28 +340,28 @@ def locate_self_attention(call) -> str | None:
                 "values are V = x @ W_v")
     if got is None or got.shape != (n, n):
         return (f"the output. With x (5, 5), W_q and W_k (5, 2) and W_v (5, 5) the output should be (5, 5); yours "
-                f"is {_what(got)}")
-    if not _close(got, uniform):
-        if _close(got, np.zeros((n, n))):
+                f"is {what(got)}")
+    if not close(got, uniform):
+        if close(got, np.zeros((n, n))):
             return ("the values. With x and W_v the identity and W_q = W_k = 0, the output should be the (uniform) "
                     "weights, 0.2 everywhere; yours is 0: the values are V = x @ W_v")
         return (f"the values. With x and W_v the identity and W_q = W_k = 0 (every score equal), the output should be "
-                f"0.2 everywhere; yours is {_shown(got)}: the values are V = x @ W_v, mixed by the weights")
+                f"0.2 everywhere; yours is {shown(got)}: the values are V = x @ W_v, mixed by the weights")
     W_q, W_k = zero.copy(), zero.copy()
     W_q[:, 0] = 2.0  # every query is [2, 0]
     W_k[0, 0] = 1.0  # key 0 is [1, 0], the others 0: raw scores [2, 0, 0, 0, 0] in every row
     got = as_array(call(eye, W_q, W_k, eye))
     if got is not None and got.shape == (n, n):
-        if _close(got, uniform):
+        if close(got, uniform):
             return ("the scores. Queries that all match key 0 should weigh it most, but your weights are uniform: "
                     "the queries are x @ W_q, the keys x @ W_k, and the scores Q Kᵀ (not K Qᵀ)")
-        where = _located_scale(got[0], 2, 2.0, "With d_model = 5, d_k = 2 (W_q, W_k of shape (5, 2)) and raw scores "
+        where = located_scale(got[0], 2, 2.0, "With d_model = 5, d_k = 2 (W_q, W_k of shape (5, 2)) and raw scores "
                                "[2, 0, 0, 0, 0] in each row", d_model=n)
         if where:
             return where
     mask = np.tril(np.ones((n, n), dtype=bool))
     got = as_array(call(eye, zero, zero, eye, mask=mask))
-    return _located_mask(got, mask, "With every score equal and a causal mask (x and W_v the identity, so the "
+    return located_mask(got, mask, "With every score equal and a causal mask (x and W_v the identity, so the "
                          "output is the weights), row i should be 1 / (i + 1) on keys 0..i")
 
 

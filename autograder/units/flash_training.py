@@ -42,7 +42,8 @@ import weakref
 import numpy as np
 import torch
 
-from ..engine.compare import Tolerance, compare_arrays, describe
+from ..engine.compare import Tolerance, as_array, compare_arrays, describe
+from ..engine.locate import close, located_mask, shown, what
 from ..engine.probes import ProbeFailed
 from ..engine.spec import (
     OPTIMIZER_IMPORTS,
@@ -51,6 +52,7 @@ from ..engine.spec import (
     Misconception,
     Part,
     SampleBug,
+    StepFailed,
     Unit,
     diagnose_facet,
     exception_text,
@@ -147,8 +149,8 @@ def graded() -> Unit:
     )
 
     parts = (
-        Part("naive_attention", checks=NAIVE_CHECKS, diagnose=diagnose, forbid=FORBID),
-        Part("flash_attention", checks=FLASH_CHECKS, diagnose=diagnose, forbid=FORBID),
+        Part("naive_attention", checks=NAIVE_CHECKS, diagnose=diagnose, forbid=FORBID, locate=locate_naive),
+        Part("flash_attention", checks=FLASH_CHECKS, diagnose=diagnose, forbid=FORBID, locate=locate_flash),
         Part("time_fn", checks=TIME_CHECKS, diagnose=diagnose),
         # CPU seconds for one call of train (100 steps of a small GPT take the reference about 2 s)
         Part("train", checks=TRAIN_CHECKS, diagnose=diagnose, seconds=30.0),
@@ -285,6 +287,142 @@ def diagnose_structure(result, expected) -> str | None:
     else:
         what = f"more than tiles and tensors shaped like the inputs need (about {mb(expected['allowed'])} at most)"
     return f"{held}: {what}"
+
+
+# ---------------------------------------------------------------- where a wrong attention goes wrong
+# Inputs that show one step each: q and k of T = 12 positions and d = 4 (so 1/sqrt(d) = 1/2 is told
+# apart from 1/sqrt(T), 1/d and 1), read through values that are slices of the identity (d columns
+# at a time), so the output holds the weights themselves; flash_attention with tiles of 5, so the
+# last tile (keys and queries 10, 11) is a partial one.
+LOCATE_T, LOCATE_D, LOCATE_BLOCK = 12, 4, 5
+
+
+def _weights(call, q, k, causal: bool, flash: bool):
+    """(the (T, T) weights the student's attention gives q, k (T, d), None) or (None, what it gave)."""
+    T, d = q.shape
+    columns = []
+    for start in range(0, T, d):
+        v = torch.zeros(T, d, dtype=torch.float64)
+        for j in range(start, min(T, start + d)):
+            v[j, j - start] = 1.0
+        kwargs = {"causal": causal, **({"block_size": LOCATE_BLOCK} if flash else {})}
+        out = as_array(call(q[None, None].clone(), k[None, None].clone(), v[None, None], **kwargs))
+        if out is None or out.shape != (1, 1, T, d):
+            return None, out
+        columns.append(out[0, 0][:, :min(d, T - start)])
+    return np.concatenate(columns, axis=1), None
+
+
+def _raw(rows: list[float] | None = None, keys: list[float] | None = None):
+    """q, k (T, d) whose raw scores q k^T are rows[i] * keys[j] (a single shared dimension)."""
+    q, k = torch.zeros(LOCATE_T, LOCATE_D, dtype=torch.float64), torch.zeros(LOCATE_T, LOCATE_D, dtype=torch.float64)
+    if rows is not None:
+        q[:, 0], k[:, 0] = torch.tensor(rows, dtype=torch.float64), torch.tensor(keys, dtype=torch.float64)
+    return q, k
+
+
+def _scale_sentence(used: float) -> str:
+    d, T = LOCATE_D, LOCATE_T
+    for value, name in ((1.0, "not scaled at all"), (1 / d, "divided by d"), (1 / math.sqrt(T), "divided by sqrt(T), "
+                        "the number of positions"), (math.sqrt(d), "multiplied by sqrt(d)")):
+        if abs(used - value) < 1e-3 * max(1.0, value):
+            return name
+    return f"multiplied by {used:.4g}"
+
+
+def _per_tile(got, want) -> str:
+    """Your weight over the right one, tile of keys by tile of keys (first row)."""
+    tiles = [(j, min(LOCATE_T, j + LOCATE_BLOCK)) for j in range(0, LOCATE_T, LOCATE_BLOCK)]
+    ratios = [float(np.mean(got[0, j:e] / want[0, j:e])) for j, e in tiles]
+    return ", ".join(f"keys {j}-{e - 1}: x{r:.3g}" for (j, e), r in zip(tiles, ratios, strict=True))
+
+
+def _locate_attention(call, flash: bool) -> str | None:
+    T, d = LOCATE_T, LOCATE_D
+    uniform = np.full((T, T), 1 / T)
+    weights, got = _weights(call, *_raw(), causal=False, flash=flash)
+    if weights is None:
+        return (f"the output. With q, k and v of shape (1, 1, {T}, {d}) the output has v's shape, (1, 1, {T}, {d}); "
+                f"yours is {what(got)}")
+    if flash and not np.all(np.isfinite(weights)):
+        return ("the online softmax. With every score equal (q = k = 0) your output holds NaN or inf: each tile's "
+                "exponentials are exp(s - m) with m the row's running maximum after that tile's scores are taken in "
+                "(the first tile starts from m = -inf, so exp(s - m) with the old m overflows)")
+    if not close(weights, uniform):
+        if flash and np.allclose(weights[:, -(T % LOCATE_BLOCK):], 0) or flash and np.allclose(
+                weights[-(T % LOCATE_BLOCK):], 0):
+            return (f"the last, partial tile. With T = {T} and block_size = {LOCATE_BLOCK} the last tile holds 2 "
+                    f"positions; yours leaves them out (their weights, or their rows, are 0): loop up to T, and slice "
+                    "tiles with min(T, start + block_size)")
+        sums = weights.sum(axis=-1)
+        if flash and np.allclose(weights / sums[:, None], uniform, atol=1e-9):
+            return (f"the final division. With every score equal each query's weights are 1/{T}; yours sum to "
+                    f"{shown(sums[:3])}... per row: divide the accumulated output by the running sum l once every "
+                    "tile of keys is in")
+        return (f"the output. With every score equal (q = k = 0, no mask) each query should spread its weight evenly, "
+                f"1/{T} over every key; yours gives rows like {shown(weights[0])}")
+    rows = [0.5 * i for i in range(T)]  # raw scores: query i gives key 0 the score i / 2, every other key 0
+    weights, got = _weights(call, *_raw(rows, [1.0] + [0.0] * (T - 1)), causal=False, flash=flash)
+    if weights is None:
+        return None
+    if np.allclose(weights.sum(axis=0), 1, atol=1e-6) and not np.allclose(weights.sum(axis=1), 1, atol=1e-6):
+        return ("the softmax's axis. With queries that differ, your weights' columns sum to 1, not their rows: each "
+                "query's weights over the keys (the last axis, dim=-1) sum to 1")
+    row = weights[4]  # raw scores [2, 0, 0, ...]
+    if np.all(np.isfinite(row)) and row[0] > 0 and row[1] > 0:
+        used = float(np.log(row[0] / row[1]) / 2.0)
+        if abs(used - 1 / math.sqrt(d)) > 1e-3:
+            return (f"the scale. With d = {d} and T = {T}, and raw scores q.k = [2, 0, ..., 0] for one query, your "
+                    f"weights {shown(row[:3])}... mean the scores were {_scale_sentence(used)} ({used:.4g} times "
+                    f"q k^T), where the contract divides by sqrt(d) = {math.sqrt(d):g}")
+    if flash:
+        keys = [0.5 * j for j in range(T)]  # raw scores rise from key to key: a later tile raises the maximum
+        weights, _ = _weights(call, *_raw([1.0] * T, keys), causal=False, flash=True)
+        want = torch.softmax(torch.tensor(keys) / math.sqrt(d), dim=-1).numpy()[None].repeat(T, axis=0)
+        if weights is not None and not close(weights, want):
+            sums = weights.sum(axis=-1)
+            why = ("the rows sum to more than 1: the output accumulated from earlier tiles is not rescaled by "
+                   "exp(m_old - m_new) when a later tile raises the maximum" if np.all(sums > 1 + 1e-6) else
+                   "the rows sum to less than 1: the running sum l is not rescaled by exp(m_old - m_new) when a later "
+                   "tile raises the maximum" if np.all(sums < 1 - 1e-6) else
+                   "the tiles are weighed against each other wrongly")
+            return (f"the online softmax. With raw scores rising from key to key (0, 0.5, ..., 5.5), so that each tile "
+                    f"of {LOCATE_BLOCK} keys raises the row's maximum, your weight over the right one is, tile by "
+                    f"tile, {_per_tile(weights, want)}: {why}")
+    weights, _ = _weights(call, *_raw(), causal=True, flash=flash)
+    mask = np.tril(np.ones((T, T), dtype=bool))
+    if weights is not None and not close(weights, mask / mask.sum(axis=-1, keepdims=True)):
+        diagonal = np.nan_to_num(np.diag(weights))
+        if np.any(np.isnan(weights)) or np.allclose(diagonal, 0):
+            return ("the mask: each query attends to itself (query i to key i), but yours gives key i no weight (or "
+                    "leaves a row with no key at all: NaN): hide only the keys after the query, j > i"
+                    + (", and keep the tile on the diagonal" if flash else ""))
+        below = " (the tiles below the diagonal have no key to hide)" if flash else ""
+        return located_mask(weights, mask, "With every score equal and causal=True, query i should spread its weight "
+                            f"evenly over keys 0..i{below}")
+    generator = torch.Generator().manual_seed(7)
+    q, k, v = (torch.randn(2, 3, 7, d, generator=generator, dtype=torch.float64) for _ in range(3))
+    kwargs = {"block_size": 3} if flash else {}
+    try:
+        got = as_array(call(q.clone(), k.clone(), v.clone(), causal=True, **kwargs))
+    except StepFailed as err:
+        got = err
+    want = attention_oracle(Inputs((q, k, v), {"causal": True})).numpy()
+    if not isinstance(got, np.ndarray) or not np.allclose(got, want, atol=1e-9):
+        told = f"it raised {got}" if isinstance(got, StepFailed) else f"it gave {what(got)}" if not isinstance(
+            got, np.ndarray) or got.shape != want.shape else "the result differs"
+        return (f"the batch and head axes. One head of one sequence is right, but with q, k, v of shape (2, 3, 7, {d}) "
+                f"{told}: every (batch, head) pair attends on its own; index the sequence axis as dim -2 and the "
+                "feature axis as dim -1 (k.transpose(-2, -1)), never a fixed axis number")
+    return None
+
+
+def locate_naive(call) -> str | None:
+    return _locate_attention(call, flash=False)
+
+
+def locate_flash(call) -> str | None:
+    return _locate_attention(call, flash=True)
 
 
 # ---------------------------------------------------------------- time_fn

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..engine.compare import Tolerance, describe
+from ..engine.compare import Tolerance, as_array, describe
+from ..engine.locate import close, shown, what
 from ..engine.probes import ProbeFailed
 from ..engine.reference import load_reference
 from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
@@ -82,6 +83,7 @@ def graded() -> Unit:
         Part(
             "sinusoidal_positions",
             diagnose=diagnose,
+            locate=locate_sinusoid,
             checks=(
                 Check("small", "sinusoidal_positions(6, 4)", 1, lambda rng: Inputs((6, 4)), tol=TABLE,
                       oracle=sinusoid_oracle),
@@ -145,6 +147,7 @@ def graded() -> Unit:
         Part(
             "rope",
             diagnose=diagnose,
+            locate=locate_rope,
             checks=(
                 Check("default_positions", "x (2, 5, 8), positions 0..4", 1, rope_inputs((2, 5, 8)), tol=F32,
                       oracle=rope_oracle),
@@ -715,6 +718,119 @@ def offset_probe(api, inputs: Inputs):
 def offset_inputs(rng):
     return Inputs((torch.from_numpy(rng.normal(size=(1, 8))).double(),
                    torch.from_numpy(rng.normal(size=(1, 8))).double()))
+
+
+# ---------------------------------------------------------------- where a wrong table or rotation goes wrong
+# Each column pair i turns at its own rate w_i = base ** (-2i / d) per position. The locators read
+# the rates off the student's output at position 1, where every one is below pi / 2, and match them
+# against the slips that give other rates.
+
+RATES = {  # the rate of pair i, as each way of writing the exponent gives it
+    "2i / d": lambda i, d, base: base ** (-2 * i / d),
+    "i / d (the pair's index where 2i belongs)": lambda i, d, base: base ** (-i / d),
+    "4i / d (the column index 2i doubled again)": lambda i, d, base: base ** (-4 * i / d),
+    "+2i / d (a positive exponent: the rates grow)": lambda i, d, base: base ** (2 * i / d),
+}
+
+
+def _rates_named(sines, cosines, d: int, base: float) -> str | None:
+    """Which exponent gives these sines and cosines of one position's pairs (None: none of RATES)."""
+    pairs = np.arange(len(sines))
+    for name, rate in RATES.items():
+        angle = rate(pairs, d, base)
+        if np.allclose(sines, np.sin(angle), atol=1e-4) and np.allclose(cosines, np.cos(angle), atol=1e-4):
+            return name
+    return None
+
+
+def locate_sinusoid(call) -> str | None:
+    n, d = 6, 8
+    raw = call(n, d)
+    got = as_array(raw)
+    want = sinusoid_oracle(Inputs((n, d))).numpy()
+    if got is None or got.shape != (n, d):
+        return f"the shape. sinusoidal_positions(6, 8) is a (6, 8) table, a row per position; yours is {what(got)}"
+    if isinstance(raw, torch.Tensor) and raw.dtype != torch.float32:
+        return (f"the dtype. The table is float32, to be added to float32 embeddings; yours is "
+                f"{str(raw.dtype).removeprefix('torch.')} (compute in float64 if you like, then .float())")
+    row0 = np.tile([0.0, 1.0], d // 2)
+    if not close(got[0], row0, 1e-5):
+        if close(got[0], np.tile([1.0, 0.0], d // 2), 1e-5):
+            return ("the columns' functions. At position 0 every sine is 0 and every cosine 1, so row 0 is [0, 1, 0, "
+                    f"1, ...] (sin on even columns, cos on odd); yours is {shown(got[0])}: sin and cos are swapped")
+        if close(got[0], np.repeat([0.0, 1.0], d // 2), 1e-5):
+            return (f"the columns' layout. Row 0 (position 0) is [0, 1, 0, 1, ...]; yours is {shown(got[0])}: the "
+                    "sines fill one half and the cosines the other. Interleave them: table[:, 0::2] = sin, "
+                    "table[:, 1::2] = cos")
+        if close(got[0], want[1], 1e-4):
+            return ("the positions. Row 0 is position 0 ([0, 1, 0, 1, ...]); yours is the row of position 1: "
+                    "positions count from 0 (torch.arange(n_positions))")
+        return (f"position 0. Row 0 is sin(0) = 0 on even columns, cos(0) = 1 on odd: [0, 1, ...]; yours is "
+                f"{shown(got[0])}")
+    sines, cosines = got[1, 0::2], got[1, 1::2]
+    if not (close(sines, want[1, 0::2], 1e-4) and close(cosines, want[1, 1::2], 1e-4)):
+        from_sine, from_cosine = np.arcsin(np.clip(sines, -1, 1)), np.arccos(np.clip(cosines, -1, 1))
+        if not np.allclose(from_sine, from_cosine, atol=1e-3):
+            return (f"the frequencies. At position 1 the sine and the cosine of pair i (columns 2i and 2i + 1) share "
+                    f"one angle, 10000 ** (-2i / d); yours turn at {shown(from_sine)} (sines) and "
+                    f"{shown(from_cosine)} (cosines): the exponent is the pair's 2i, not each column's own index")
+        named = _rates_named(sines, cosines, d, 10000.0)
+        because = f": the exponent is {named}, not 2i / d" if named else ""
+        right = RATES["2i / d"](np.arange(d // 2), d, 10000.0)
+        return (f"the frequencies. At position 1, pair i turns by 10000 ** (-2i / 8) = {shown(right)} radians; yours "
+                f"by {shown(from_sine)}{because}")
+    return None
+
+
+def locate_rope(call) -> str | None:
+    T, d = 5, 8
+    pairs = np.arange(d // 2)
+    ones = torch.zeros(1, T, d, dtype=torch.float64)
+    ones[..., 0::2] = 1.0  # every pair (a, b) = (1, 0): rotated by t, it is (cos t, sin t)
+    got = as_array(call(ones.clone()))
+    if got is None or got.shape != (1, T, d):
+        return f"the shape. rope(x) has x's shape, here (1, 5, 8); yours is {what(got)}"
+    if not close(got[0, 0], ones[0, 0].numpy(), 1e-6):
+        x = ones[0, 0].numpy()
+        if close(got[0, 0], np.concatenate([x[0::2], x[1::2]]), 1e-6):
+            return (f"the pairs. At position 0 every angle is 0, so rope leaves x as it is; on x = [1, 0, 1, 0, ...] "
+                    f"yours gives {shown(got[0, 0])}: the turned pairs are written back as two halves. Write a pair "
+                    "back to the columns it came from: out[..., 0::2], out[..., 1::2]")
+        return (f"position 0. At position 0 every angle is 0, so rope leaves x as it is; on x = [1, 0, 1, 0, ...] "
+                f"yours gives {shown(got[0, 0])}")
+    single = torch.zeros(1, T, d, dtype=torch.float64)
+    single[..., 0] = 1.0  # only column 0: its partner column shows where the pairs are
+    moved = as_array(call(single.clone()))
+    if moved is not None and moved.shape == (1, T, d) and abs(moved[0, 1, 1]) < 1e-6 \
+            and abs(moved[0, 1, d // 2]) > 1e-3:
+        return ("the pairs. Pair i is the columns (2i, 2i + 1), side by side: x = [1, 0, 0, ...] turned by t at "
+                f"position 1 is [cos t, sin t, 0, ...]; yours puts the sine in column {d // 2}, pairing i with "
+                "i + d/2 (or writing the turned pairs back as two halves): read a = x[..., 0::2], b = x[..., 1::2] "
+                "and write them back to the same columns")
+    cosines, sines = got[0, 1, 0::2], got[0, 1, 1::2]
+    want = RATES["2i / d"](pairs, d, 10000.0)
+    if not (np.allclose(cosines, np.cos(want), atol=1e-6) and np.allclose(sines, np.sin(want), atol=1e-6)):
+        if np.allclose(cosines, np.cos(want), atol=1e-6) and np.allclose(sines, -np.sin(want), atol=1e-6):
+            return ("the direction. A pair (a, b) turned by t is (a cos t - b sin t, a sin t + b cos t); at position 1 "
+                    f"yours turns each pair by -t (its sines are {shown(sines)}, where {shown(np.sin(want))} is right)")
+        named = _rates_named(sines, cosines, d, 10000.0)
+        because = f": the exponent is {named}, not -2i / d" if named else ""
+        return (f"the frequencies. At position 1, pair i turns by 10000 ** (-2i / 8) = {shown(want)} radians, so its "
+                f"(cos, sin) are {shown(np.cos(want))}, {shown(np.sin(want))}; yours are {shown(cosines)}, "
+                f"{shown(sines)}{because}")
+    positions = torch.tensor([3, 1, 4, 1, 5])
+    given = as_array(call(ones.clone(), positions))
+    if given is None or not close(given[0], rope_oracle(Inputs((ones, positions))).numpy()[0], 1e-6):
+        ignored = given is not None and close(given, got, 1e-6)
+        return ("the positions. With positions = [3, 1, 4, 1, 5], row t turns by positions[t] times each rate"
+                + ("; yours turns by t, as if positions were not given: use them when they are" if ignored else
+                   f"; yours gives {what(given) if given is None or given.shape != got.shape else 'other angles'}"))
+    based = as_array(call(ones.clone(), None, 100.0))
+    if based is None or not close(based[0], rope_oracle(Inputs((ones,), {"base": 100.0})).numpy()[0], 1e-6):
+        ignored = based is not None and close(based, got, 1e-6)
+        return ("the base. With base = 100, pair i turns by 100 ** (-2i / d) per position"
+                + ("; yours still uses 10000: use the argument" if ignored else "; yours turns otherwise"))
+    return None
 
 
 # ---------------------------------------------------------------- the wrong variants

@@ -157,8 +157,8 @@ def graded_parts() -> tuple[Part, ...]:
     )
 
     return (
-        Part("cross_entropy", checks=CE_CHECKS, diagnose=diagnose_ce, forbid=CE_FORBID),
-        Part("lr_at", checks=LR_CHECKS, diagnose=diagnose_lr),
+        Part("cross_entropy", checks=CE_CHECKS, diagnose=diagnose_ce, forbid=CE_FORBID, locate=locate_ce),
+        Part("lr_at", checks=LR_CHECKS, diagnose=diagnose_lr, locate=locate_lr),
         Part("clip_grad_norm", checks=CLIP_CHECKS, diagnose=lambda r, e, i, t: diagnose_facet(r, e, "the clipping"),
              forbid=CLIP_FORBID),
         # evaluate calls the contract's cross_entropy: the reference's while evaluate is graded
@@ -271,6 +271,53 @@ def ce_with(shift=True, add_back=True, reduce="mean", sign=1.0, every_row=False)
     return variant
 
 
+def _loss(value) -> float | None:
+    """A one-number result as a float (None: not one number)."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1:
+        return float(value)
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def locate_ce(call) -> str | None:
+    """Probabilities in known ratios: row [ln 1, ln 2, ln 3] is softmax [1/6, 2/6, 3/6]."""
+    logits = torch.log(torch.tensor([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]], dtype=torch.float64))
+    targets = torch.tensor([2, 0])  # each row's own likeliest token: both positions lose -ln 3/6
+    want = -math.log(3 / 6)
+    every_row = sum(-math.log(p / 6) for p in (3, 1, 2, 3)) / 4  # logprobs[:, targets]: every target, every row
+    value = call(logits.clone(), targets.clone())
+    got = _loss(value)
+    setting = "Rows [ln 1, ln 2, ln 3] and [ln 3, ln 1, ln 2] (probabilities in sixths) with targets [2, 0]"
+    if got is None:
+        return (f"the reduction. On logits (2, 3) with targets (2,) the loss is one number, the mean over both "
+                f"positions; yours is {describe(value)}")
+    if abs(got - want) > 1e-6:
+        for wrong, step, fix in (
+                (-want, "the sign", "the loss is the negative log-likelihood, -log p(target)"),
+                (2 * want, "the reduction", "average the positions' losses, do not sum them"),
+                (want - math.log(3), "the log-sum-exp", "the row maximum subtracted before exp must be added back "
+                 "to the log: lse = m + log(sum(exp(z - m)))"),
+                (every_row, "the targets", "each position's loss is the log-probability of its own target: "
+                 "logprobs.gather(-1, targets[..., None]), not logprobs[:, targets] (every target for every row)")):
+            if abs(got - wrong) < 1e-6:
+                return f"{step}. {setting} lose -ln 3/6 each: the loss is {want:.4f}; yours is {got:.4f}: {fix}"
+        return f"the log-likelihood. {setting} lose -ln 3/6 each: the loss is {want:.4f}; yours is {got:.4f}"
+    volume = torch.log(torch.tensor([1.0, 2.0, 3.0], dtype=torch.float64)).repeat(2, 3, 1)  # (2, 3, 3)
+    value = call(volume.clone(), torch.tensor([[2, 0, 1], [1, 1, 2]]))
+    want3 = float(sum(-math.log(p / 6) for p in (3, 1, 2, 2, 2, 3)) / 6)
+    if _loss(value) is None or abs(_loss(value) - want3) > 1e-6:
+        told = describe(value) if _loss(value) is None else f"{_loss(value):.4f}"
+        return (f"the positions. With logits (2, 3, V) and targets (2, 3) every one of the 6 positions counts once: "
+                f"the mean over all of them is {want3:.4f}; yours is {told}: flatten (logits.reshape(-1, V), "
+                "targets.reshape(-1)) or average over every axis but the last")
+    got = _loss(call(logits + 1000.0, targets.clone()))
+    if got is None or not math.isfinite(got) or abs(got - want) > 1e-3:
+        told = "not a finite number" if got is None or not math.isfinite(got) else f"{got:.4f}"
+        return (f"the log-sum-exp. Adding 1000 to every logit changes no probability, so the loss stays {want:.4f}; "
+                f"yours becomes {told}: subtract each row's maximum before exp, then add it back to the log "
+                "(torch.logsumexp does both)")
+    return None
+
+
 # ---------------------------------------------------------------- lr_at
 
 
@@ -332,6 +379,31 @@ def lr_with(warmup="right", denominator="right", floor=True, after="min"):
         return low + (max_lr - low) * (1 + math.cos(math.pi * progress)) / 2
 
     return variant
+
+
+def locate_lr(call) -> str | None:
+    """A schedule with 4 warm-up steps over 14 in all, max_lr 1 and min_lr 0.1, read step by step."""
+    settings = (1.0, 4, 14, 0.1)  # max_lr, warmup_steps, total_steps, min_lr
+
+    def cosine(step):
+        return 0.1 + 0.9 * (1 + math.cos(math.pi * (step - 4) / (14 - 1 - 4))) / 2
+
+    for step, want, step_name, fix in (
+            (0, 0.25, "the warm-up", "steps count from 0, and step 0 already has (0 + 1) / 4 of max_lr"),
+            (3, 1.0, "the warm-up", "the last warm-up step, 3, reaches max_lr: max_lr * (step + 1) / warmup_steps"),
+            (4, 1.0, "the cosine", "the cosine starts at max_lr at step warmup_steps"),
+            (13, 0.1, "the cosine's end", "the cosine reaches min_lr at total_steps - 1 (not 0, and not a step "
+             "later): p = (step - warmup_steps) / max(1, total_steps - 1 - warmup_steps)"),
+            (8, cosine(8), "the cosine", "lr = min_lr + (max_lr - min_lr) * (1 + cos(pi p)) / 2"),
+            (20, 0.1, "after the end", "past total_steps the rate stays min_lr")):
+        value = call(step, *settings)
+        got = float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+        if got is None or abs(got - want) > 1e-9:
+            if step_name == "the warm-up" and got is not None and abs(got - 0.2) < 1e-9:
+                fix = "(step + 1) / (warmup_steps + 1) never reaches max_lr: divide by warmup_steps"
+            return (f"{step_name}. With max_lr 1, warmup_steps 4, total_steps 14 and min_lr 0.1, lr_at({step}) is "
+                    f"{want:.4g}; yours is {describe(value) if got is None else f'{got:.4g}'}: {fix}")
+    return None
 
 
 # ---------------------------------------------------------------- clip_grad_norm

@@ -28,7 +28,17 @@ import numpy as np
 from ..engine.compare import describe
 from ..engine.probes import ProbeFailed
 from ..engine.reference import load_reference
-from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, diagnose_facet, facet, facet_oracle
+from ..engine.spec import (
+    Check,
+    Inputs,
+    Misconception,
+    Part,
+    SampleBug,
+    StepFailed,
+    diagnose_facet,
+    facet,
+    facet_oracle,
+)
 
 UNIT_NAME = "08_training"
 
@@ -123,10 +133,12 @@ def graded_parts() -> tuple[Part, ...]:
     )
 
     return (
-        Part("pretokenize", checks=PRETOKENIZE_CHECKS, diagnose=diagnose_chunks),
-        Part("train_bpe", checks=TRAIN_CHECKS, diagnose=diagnose_merges, uses=("pretokenize",), forbid=FORBID),
-        Part("encode", checks=ENCODE_CHECKS, diagnose=diagnose_ids, uses=("pretokenize",), forbid=FORBID),
-        Part("decode", checks=DECODE_CHECKS, diagnose=diagnose_text, forbid=FORBID),
+        Part("pretokenize", checks=PRETOKENIZE_CHECKS, diagnose=diagnose_chunks, locate=locate_pretokenize),
+        Part("train_bpe", checks=TRAIN_CHECKS, diagnose=diagnose_merges, uses=("pretokenize",), forbid=FORBID,
+             locate=locate_train_bpe),
+        Part("encode", checks=ENCODE_CHECKS, diagnose=diagnose_ids, uses=("pretokenize",), forbid=FORBID,
+             locate=locate_encode),
+        Part("decode", checks=DECODE_CHECKS, diagnose=diagnose_text, forbid=FORBID, locate=locate_decode),
     )
 
 
@@ -617,6 +629,132 @@ def decode_inputs(text: str, train_text: str, vocab_size: int, cut: int = 0):
         return Inputs((ids, merges))
 
     return make
+
+
+# ---------------------------------------------------------------- where a wrong tokenizer goes wrong
+# Each step tried on a text of a few characters made so that only that step shows: the answer's
+# result against the reference's on it, and what that step's slips give instead.
+
+PRETOKENIZE_STEPS = (  # (the step, a text that shows it, what to do)
+    ("the white space", "a  b\tc\n", "joined, the chunks give the text back: spaces, tabs and newlines are chunks "
+     "too (regex.findall with GPT-2's pattern, not str.split)"),
+    ("the space before a word", "hello world 42 !?", "each of letters, digits and symbols takes one optional space in "
+     "front (' ?\\p{L}+'), so ' world' is one chunk"),
+    ("a run of spaces", "a   b", "of the spaces before a word, the last goes with the word: keep \\s+(?!\\S) "
+     "before \\s+"),
+    ("letters and digits of any script", "café 日本 ß ٣٤", "\\p{L} and \\p{N} match any script's letters and digits "
+     "(the regex package), not [a-zA-Z] and [0-9]"),
+    ("the contractions", "I'LL don't we'VE", "only lower-case 's 't 're 've 'm 'll 'd are contractions: the pattern is "
+     "case-sensitive"),
+)
+
+
+def locate_pretokenize(call) -> str | None:
+    ref = load_reference("08_training")
+    for step, text, fix in PRETOKENIZE_STEPS:
+        want, got = ref.pretokenize(text), call(text)
+        got = list(got) if isinstance(got, list | tuple) else got
+        if step == "the white space" and isinstance(got, list) and all(isinstance(c, str) for c in got) \
+                and "".join(got) == text:
+            continue  # nothing lost: how the spaces are cut, the next steps show
+        if got != want:
+            return f"{step}. On {text!r} GPT-2's pattern gives {want}; yours gives {_short(got)}: {fix}"
+    return None
+
+
+def _short(value) -> str:
+    text = repr(list(value)) if isinstance(value, list | tuple) else repr(value) if isinstance(value, str) else \
+        describe(value)
+    return text if len(text) <= 160 else text[:157] + "..."
+
+
+def _as_ids(value) -> list[int] | None:
+    return _int_list(value)
+
+
+ENCODE_STEPS = (  # (the step, text, merges as byte strings, what it shows)
+    ("the chunks", "the cat", [(b"e", b" ")], "a merge never joins two chunks ('the' and ' cat'): pretokenize, then "
+     "merge inside each chunk"),
+    ("the merge order", "bcd", [(b"c", b"d"), (b"b", b"c")], "the merges go in the order they were learned (the "
+     "lowest index first), as training made them, not the leftmost pair first"),
+    ("the merge order", "abc", [(b"a", b"b"), (b"b", b"c")], "the merges go in the order they were learned (the "
+     "lowest index first), not the last-learned first"),
+    ("a merge's direction", "aaa", [(b"a", b"a")], "a merge joins the pairs left to right, as training did: 'aaa' "
+     "becomes [aa, a]"),
+    ("the merge order", "abcbcbc", [(b"a", b"b"), (b"b", b"c")], "the merges go in the order they were learned, "
+     "however often a pair occurs in the text (or the chunk) being encoded"),
+)
+
+
+def _merges_of(pairs) -> list[tuple[int, int]]:
+    """Merges given as byte strings (b"c", b"d"), as ids: the first made 256, the next 257..."""
+    table, merges = [bytes([i]) for i in range(256)], []
+    for a, b in pairs:
+        merges.append((table.index(a), table.index(b)))
+        table.append(a + b)
+    return merges
+
+
+def locate_encode(call) -> str | None:
+    ref = load_reference("08_training")
+    for step, text, pairs, fix in ENCODE_STEPS:
+        merges = _merges_of(pairs)
+        want, got = ref.encode(text, merges), _as_ids(call(text, [list(m) for m in merges]))
+        if got != want:
+            learned = ", ".join(f"({a!r}, {b!r})" for a, b in pairs)
+            return (f"{step}. With the merges [{learned}] (learned in that order, ids 256 on), {text!r} encodes as "
+                    f"{want}; yours gives {_short(got) if got is not None else describe(got)}: {fix}")
+    return None
+
+
+def locate_decode(call) -> str | None:
+    merges = _merges_of([(b"h", b"i"), (b"\xc3", b"\xa9")])
+    for step, ids, want, fix in (
+            ("the tokens' bytes", [256, 33], "hi!", "each id stands for its bytes (a merge's id for both halves' "
+             "bytes): join them all, then decode"),
+            ("the decoding", [0xC3, 0xA9], "é", "a character's UTF-8 bytes may be spread over several tokens: join "
+             "every token's bytes first and decode the whole once, not token by token"),
+            ("invalid bytes", [0xFF, ord("a")], "\ufffda", 'bytes that are not UTF-8 become U+FFFD: '
+             'bytes.decode("utf-8", errors="replace"), not "ignore", not strict')):
+        try:
+            got = call(ids, [list(m) for m in merges])
+        except StepFailed as err:
+            got = f"an error: {err}"
+        if got != want:
+            if got == bytes(ids).decode("latin-1"):
+                fix = "the bytes are UTF-8: decode them as UTF-8 (errors=\"replace\"), not latin-1"
+            return f"{step}. decode({ids}) with merges {merges} is {want!r}; yours gives {_short(got)}: {fix}"
+    return None
+
+
+TRAIN_STEPS = (  # (the step, text, vocab_size, what to do)
+    ("stopping early", "ab cd", 260, "once no pair occurs twice there is nothing worth merging: stop, even short of "
+     "vocab_size"),
+    ("the number of merges", "aaaa bbbb cccc dddd " * 3, 258, "vocab_size counts the 256 bytes too: learn "
+     "vocab_size - 256 merges"),
+    ("the chunks", "ae be ce de", 257, "pairs are counted inside each chunk of pretokenize only, never across two: "
+     "(b'e', b' ') spans two chunks, and every pair inside one occurs once"),
+    ("overlapping pairs", "aaa aaa xyxyxy", 257, "adjacent pairs overlap: 'aaa' holds (a, a) twice"),
+    ("the counts' weights", "ab ab ab ab cd cde cdf", 257, "a chunk counts as often as it occurs in the text, not "
+     "once per distinct chunk"),
+    ("the tie-break", "ab ab cd cd", 257, "of equally frequent pairs take the greatest (bytes_a, bytes_b), compared as "
+     "byte strings: max(counts, key=lambda p: (counts[p], vocab[p[0]], vocab[p[1]]))"),
+)
+
+
+def locate_train_bpe(call) -> str | None:
+    ref = load_reference("08_training")
+    for step, text, vocab_size, fix in TRAIN_STEPS:
+        want, got = ref.train_bpe(text, vocab_size), call(text, vocab_size)
+        pairs = [tuple(p) for p in got] if isinstance(got, list | tuple) and all(
+            isinstance(p, list | tuple) and len(p) == 2 for p in got) else None
+        if step == "the number of merges" and pairs is not None and len(pairs) == len(want):
+            continue  # which merges, the later steps show; here only how many
+        if pairs != [tuple(m) for m in want]:
+            shown_got = _short(pairs[:6] + (["..."] if len(pairs) > 6 else [])) if pairs is not None else _short(got)
+            return (f"{step}. train_bpe({text!r}, {vocab_size}) learns {[tuple(m) for m in want]}; yours "
+                    f"{shown_got} ({len(pairs) if pairs is not None else 'no'} merges): {fix}")
+    return None
 
 
 # ---------------------------------------------------------------- the catalogue

@@ -694,10 +694,11 @@ def softmax(x, axis=-1):
 """
 
 
-def test_the_report_groups_the_failures_no_mistake_explains_by_the_checks_that_failed(tmp_path, capsys):
+def test_the_report_groups_the_failures_no_mistake_explains_by_their_step(tmp_path, capsys):
     """Three students send the same uncatalogued mistake (one of them twice), a fourth another:
-    graded for real by the service, the report shows each as a group, with its counts and the
-    hash of a notebook that makes it."""
+    graded for real by the service, the report shows each as a group, with the step that goes wrong
+    (the part's locator's), the checks that failed, its counts and the hash of a notebook that
+    makes it."""
     db = Database(f"sqlite:///{tmp_path / 'feedback.db'}")
     tokens = db.add_students(["ada", "ben", "cy", "dee"])
     service = Service([UNIT], db, Grading(workers=1), limit=5, log=lambda line: None)
@@ -718,11 +719,24 @@ def test_the_report_groups_the_failures_no_mistake_explains_by_the_checks_that_f
     assert groups[0]["example"] == hashlib.sha256(same).hexdigest()
     assert groups[1]["example"] == hashlib.sha256(other).hexdigest()
     assert groups[0]["failed"] and set(groups[0]["failed"]) <= {c.name for c in UNITS[UNIT].part("softmax").checks}
+    # the denominator + 1 is told as the normalisation; the clipped inputs show only past +-100
+    assert [g["step"] for g in groups] == ["the normalisation", "the stability shift"], groups
     db.close()
     assert class_mistakes.main([UNIT, "--db", db.url]) == 0
     out = capsys.readouterr().out.split("softmax:", 1)[1].split("\n\n")[0]
-    assert "failed, with no catalogued mistake named" in out
+    assert "failed, with no catalogued mistake named, by the step that goes wrong" in out
     lines = [" ".join(line.split()) for line in out.splitlines()]
-    assert f"3 students 4 checks {', '.join(groups[0]['failed'])} (latest notebook {groups[0]['example'][:12]})" \
+    assert (f"3 students 4 checks the normalisation: {', '.join(groups[0]['failed'])} (latest notebook "
+            f"{groups[0]['example'][:12]})") in lines, out
+    assert f"1 student 1 check the stability shift: large_inputs (latest notebook {groups[1]['example'][:12]})" \
         in lines, out
-    assert f"1 student 1 check large_inputs (latest notebook {groups[1]['example'][:12]})" in lines, out
+
+
+def test_a_database_written_before_steps_were_recorded_is_still_read(tmp_path):
+    """A part's signature stored as the failed checks' names alone (before the step was kept)
+    reads as a signature with no step."""
+    from autograder.feedback.db import signature
+
+    assert signature('["large_inputs", "rows"]') == {"step": None, "failed": ["large_inputs", "rows"]}
+    assert signature("[]") == {} and signature(None) == {}
+    assert signature('{"step": "the scale", "failed": ["rows"]}') == {"step": "the scale", "failed": ["rows"]}

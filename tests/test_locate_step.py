@@ -65,6 +65,51 @@ UNIT_04_STEPS = {
         "rms_whole_tensor": "the statistics' axis", "rms_no_eps": "eps.", "rms_wrong_default_eps": "the default eps",
     },
 }
+UNIT_04_STEPS.update({
+    "MultiHeadAttention": {
+        "attention_not_causal": "the mask", "attention_mask_upper": "the mask", "attention_mask_one_ahead": "the mask",
+        "attention_mask_inverted": "the mask's meaning", "attention_mask_hides_diagonal": "the mask",
+        "attention_mask_inverted_large_negative": "the mask's meaning", "attention_mask_added": "the mask",
+        "attention_mask_with_zero": "the mask", "attention_mask_after_softmax": "the mask",
+        "attention_softmax_wrong_axis": "the softmax's axis", "attention_softmax_over_heads": "the softmax's axis",
+        "attention_scale_d_model": "the scale", "attention_no_scaling": "the scale",
+        "attention_scale_multiplied": "the scale", "attention_scaled_after_softmax": "the softmax",
+        "attention_q_k_swapped": "the scores",
+        "attention_one_head": "the scale",  # one head of d_model: its scores are divided by sqrt(d_model)
+        "heads_split_without_transpose": "the heads", "heads_merged_without_transpose": "the heads",
+        "heads_reshaped_without_transpose": "the heads",
+        "heads_merged_with_view": None,  # raises (a view of a transposed tensor): the checks say so
+        "attention_adds_residual": "the residual", "attention_no_out_proj": "the output projection",
+        # no bias to load the locator's weights into: the checks of the parameters say so
+        "attention_projections_without_bias": None, "attention_out_proj_without_bias": None,
+    },
+    "FeedForward": {
+        "gelu_tanh_approximation": "the activation", "relu_instead_of_gelu": "the activation",
+        "ffn_gelu_after_fc2": "the activation", "ffn_adds_residual": "the residual",
+        "ffn_gelu_after_fc2_only": "the order", "ffn_no_activation": "the activation",
+        # layers of other shapes, or without bias, take no weights of the contract's: the structure checks say so
+        "ffn_default_width": None, "ffn_ignores_d_ff": None, "ffn_without_bias": None,
+    },
+    "TransformerBlock": {
+        "block_post_norm": "the residual stream",
+        "block_normalises_stream": "the residual stream",
+        "block_attention_residual_from_normalised": "the residual stream",
+        "block_ffn_residual_from_normalised": "the residual stream",
+        "block_ffn_residual_skips_attention": "the attention sublayer",
+        "block_norm_after_sublayer": "the residual stream",
+        "block_norms_without_parameters": "the attention sublayer",
+        "block_attention_without_norm": "the attention sublayer",
+        "block_ffn_without_norm": "the feed-forward sublayer",
+        "block_ffn_reads_block_input": "the order of the sublayers",
+        "block_drops_attention_update": "the attention sublayer",
+        "block_ffn_before_attention": "the order of the sublayers",
+        "block_attention_residual_missing": "the residual stream",
+        "block_ffn_residual_missing": "the residual stream",
+        "block_one_norm_twice": "the feed-forward sublayer",
+        "block_norms_swapped": "the attention sublayer",
+        "block_ignores_d_ff": None,  # an FFN of another width takes no weights of the contract's
+    },
+})
 UNIT_03_STEPS = {
     "split_heads": {
         "split_without_transpose": "the columns", "split_strided_columns": "the columns",
@@ -114,6 +159,18 @@ UNIT_05_STEPS = {
         "sinusoid_exponent_i": "the frequencies", "sinusoid_exponent_column": "the frequencies",
         "sinusoid_exponent_doubled": "the frequencies", "sinusoid_from_one": "the positions",
         "sinusoid_float64": "the dtype",
+    },
+    "GPT": {
+        "gpt_no_positions": "the positions", "gpt_positions_from_one": "the positions",
+        "gpt_no_final_norm": "the final norm", "gpt_returns_probabilities": "the output",
+        "gpt_one_block_repeated": "the blocks",
+        # a head of its own, a bias, a plain list of blocks: the same logits from the contract's weights
+        # (the structure checks say so); a freshly built model's weights: the initialisation checks
+        **dict.fromkeys(("gpt_not_tied", "gpt_always_tied", "gpt_head_bias", "gpt_blocks_plain_list",
+                         "gpt_full_context_refused", "gpt_init_pytorch_defaults", "gpt_init_embeddings_default",
+                         "gpt_init_pos_emb_default", "gpt_init_embeddings_only", "gpt_init_residual_not_scaled",
+                         "gpt_init_biases_kept", "gpt_init_pos_emb_small", "gpt_init_xavier",
+                         "gpt_init_every_parameter")),
     },
     "rope": {
         "rope_rotate_halves": "the pairs", "rope_exponent_i": "the frequencies",
@@ -174,24 +231,25 @@ UNIT_08_STEPS = {
 STEPS = {"01_attention": UNIT_01_STEPS, "02_masking": UNIT_02_STEPS, "03_multihead": UNIT_03_STEPS,
          "04_block": UNIT_04_STEPS, "05_model": UNIT_05_STEPS, "07_flash_training": UNIT_07_STEPS,
          "08_training": UNIT_08_STEPS}
-LOCATED_UNITS = [name for name, unit in UNITS.items() if any(part.locate for part in unit.parts)]
+LOCATED_UNITS = [name for name, unit in UNITS.items() if any(part.locates for part in unit.parts)]
 
 
 def located(unit, part, namespace) -> str | None:
     ref = load_reference(unit.name)
     stubs = {name: getattr(ref, name) for name in part.uses if hasattr(ref, name)}
+    stubs.update(dict(part.library_stubs))
     return locate_step(part, InProcessStudent(namespace), stubs, 5.0)
 
 
 @pytest.mark.parametrize("unit_name", LOCATED_UNITS)
 def test_the_reference_is_located_nowhere(unit_name):
     unit = UNITS[unit_name]
-    for part in (p for p in unit.parts if p.locate):
+    for part in (p for p in unit.parts if p.locates):
         assert located(unit, part, dict(vars(load_reference(unit_name)))) is None, part.name
 
 
 def test_every_part_with_a_locator_has_its_steps_here():
-    assert {(u, p.name) for u in LOCATED_UNITS for p in UNITS[u].parts if p.locate} == \
+    assert {(u, p.name) for u in LOCATED_UNITS for p in UNITS[u].parts if p.locates} == \
         {(u, part) for u, parts in STEPS.items() for part in parts}
 
 

@@ -18,9 +18,10 @@ import sys
 
 from ..trust.sandbox import one_torch_thread, quiet
 from ..trust.student import InProcessStudent, Outcome
-from .catalogue import Seen, explain
+from .catalogue import Seen, explain, variant_namespace
 from .originality import copies_course_class, imports_course_module
 from .probes import (
+    ProbeFailed,
     StudentApi,
     Trusted,
     call_trusted,
@@ -162,12 +163,22 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     order = list(seen)  # indices in `results`, in the order `explain` sees them
     failed = [i for i, s in seen.items() if not s.passed]
     named = explain(unit, part, ref, list(seen.values())) if name_mistakes and failed and not unfinished else {}
+    where = None
+    if named and part.locates and all(seen[i].outcome.error is not None for i in failed):
+        # Every failed check raised, so the names rest on the error's type alone, which other slips
+        # share: a name is kept only where its variant goes wrong at the step the answer does.
+        where = locate_step(part, student, stubs, seconds)
+        for mistake in {m.name: m for m in named.values()}.values():
+            theirs = locate_step(part, InProcessStudent(variant_namespace(part, ref, mistake.variants[part.name])),
+                                 stubs, seconds)
+            if step_of(theirs) != step_of(where):
+                named = {k: m for k, m in named.items() if m is not mistake}
     mistakes = {order[k]: mistake for k, mistake in named.items()}
     two = len({m.name for m in mistakes.values()}) > 1
-    if failed and not named and part.locate is not None and not unfinished and not gave_up:
-        where = locate_step(part, student, stubs, seconds)
+    if failed and not named and part.locates and not unfinished and not gave_up:
+        where = where or locate_step(part, student, stubs, seconds)
         if where:
-            results[failed[0]].message += f" Where it goes wrong: {where}"
+            results[failed[0]].message += f" {LOCATED} {where}"
     for i in failed:
         mistake = mistakes.get(i)
         if mistake:
@@ -227,9 +238,18 @@ def rehearse(unit: Unit) -> None:
             sys.modules["torch"].set_rng_state(states[2])
 
 
+LOCATED = "Where it goes wrong:"  # what begins a located step in a check's message
+
+
+def step_of(located: str | None) -> str | None:
+    """The step a located sentence names: its words up to the first full stop or colon."""
+    return None if located is None else located.split(".")[0].split(":")[0].strip()
+
+
 def locate_step(part: Part, student, stubs: dict, seconds: float) -> str | None:
-    """The part's locator (`Part.locate`) run on the student's function: the step that first
-    departs from the contract, in a sentence, or None (nothing located, or the function failed)."""
+    """The part's locator (`Part.locate`, or `Part.locate_probe`) run on the student's code: the
+    step that first departs from the contract, in a sentence, or None (nothing located, or the
+    code failed on the locator's own inputs, which the checks' messages report)."""
 
     def call(*args, **kwargs):
         outcome = student.call(part.name, *args, seconds=seconds, stubs=stubs, forbid=part.forbid, **kwargs)
@@ -239,8 +259,10 @@ def locate_step(part: Part, student, stubs: dict, seconds: float) -> str | None:
 
     try:
         with quiet():
+            if part.locate_probe is not None:
+                return part.locate_probe(StudentApi(student, stubs, part.forbid, seconds))
             return part.locate(call)
-    except StepFailed:
+    except (StepFailed, ProbeFailed):
         return None
 
 

@@ -130,6 +130,14 @@ class Part:
     # stand-ins) on inputs the locator designs so that each step shows in the output, and returns
     # its value or raises `StepFailed`. Graded checks do not change: this only words the feedback.
     locate: Callable[[Callable], str | None] | None = None
+    # The same for a part driven through the probe API (a class, a model): locate_probe(api) with
+    # `api` a StudentApi (engine/probes.py) over the student's code, or a TrustedApi over a
+    # catalogued variant's; a step it cannot get through (ProbeFailed) locates nothing.
+    locate_probe: Callable[[object], str | None] | None = None
+
+    @property
+    def locates(self) -> bool:
+        return self.locate is not None or self.locate_probe is not None
 
     @property
     def points(self) -> float:

@@ -1,7 +1,8 @@
 """`python3 course.py feedback-report UNIT`: the mistakes the class made, per part, from the
 feedback service's records (`db.class_report`): how many students checked each part, how many
 reached full marks, each catalogued mistake with the students and checks that made it, and the
-failures no catalogued mistake explained, grouped by which checks failed, with one notebook's hash
+failures no catalogued mistake explained, grouped by the step that goes wrong (where the part's
+locator found one) and which checks failed, with one notebook's hash
 per group (the sha256 the service recorded), so that a new common mistake shows and can be
 catalogued."""
 
@@ -27,11 +28,13 @@ def format_report(unit: str, table: list[dict]) -> str:
             lines.append(f"  {plural(mistake['students'], 'student'):>12} {plural(mistake['checks'], 'check'):>10}  "
                          f"{mistake['description']} ({mistake['id']})")
         if row.get("unexplained"):
-            lines.append("  failed, with no catalogued mistake named, by the checks that failed:")
+            lines.append("  failed, with no catalogued mistake named, by the step that goes wrong and the checks "
+                         "that failed:")
         for group in row.get("unexplained", []):
             example = f" (latest notebook {group['example'][:12]})" if group["example"] else ""
+            step = f"{group['step']}: " if group.get("step") else "(no step located): "
             lines.append(f"  {plural(group['students'], 'student'):>12} {plural(group['checks'], 'check'):>10}  "
-                         f"{', '.join(group['failed'])}{example}")
+                         f"{step}{', '.join(group['failed'])}{example}")
     return "\n".join(lines)
 
 

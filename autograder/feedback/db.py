@@ -218,7 +218,7 @@ class Database:
 
     def close_check(self, check_id: int, outcome: str, counts: bool, report: dict | None = None,
                     error: str | None = None, sha256: str | None = None,
-                    unexplained: dict[str, list[str]] | None = None) -> None:
+                    unexplained: dict[str, dict] | None = None) -> None:
         with Session(self.engine) as session:
             check = session.get(Check, check_id)
             check.finished, check.outcome, check.counts, check.error = now(), outcome, counts, error
@@ -228,7 +228,7 @@ class Database:
                 check.score, check.max_score = report["score"], report["max_score"]
                 check.parts = [CheckPart(part=p["name"], points=p["points"], max_points=p["max_points"],
                                          mistakes=json.dumps(p["mistakes"]),
-                                         unexplained=json.dumps((unexplained or {}).get(p["name"], [])))
+                                         unexplained=json.dumps((unexplained or {}).get(p["name"], {})))
                                for p in report["parts"]]
             session.commit()
 
@@ -314,7 +314,7 @@ class Database:
                      "score": c.score, "max_score": c.max_score, "sha256": c.notebook_sha256, "error": c.error,
                      "parts": {p.part: {"points": p.points, "max_points": p.max_points,
                                         "mistakes": json.loads(p.mistakes),
-                                        "unexplained": json.loads(p.unexplained or "[]")} for p in c.parts}}
+                                        "unexplained": signature(p.unexplained)} for p in c.parts}}
                     for c in rows]
 
     def count(self) -> int:
@@ -323,6 +323,15 @@ class Database:
         with Session(self.engine) as session:
             return session.scalar(select(func.count(Check.id))) + \
                 (session.scalar(select(func.coalesce(func.sum(Refusal.count), 0))) or 0)
+
+
+def signature(stored: str | None) -> dict:
+    """A part's failure signature as recorded: {"step", "failed"}, or {} (nothing unexplained). A
+    database written before steps were recorded holds the failed checks' names alone."""
+    value = json.loads(stored or "{}")
+    if isinstance(value, list):
+        return {"step": None, "failed": value} if value else {}
+    return value
 
 
 def write_tokens_csv(path: Path, tokens: dict[str, str]) -> None:
@@ -339,9 +348,9 @@ def class_report(db: Database, unit: str) -> list[dict]:
     """Per graded part of `unit`: how many students checked it, how many reached full marks,
     the mistakes named, each with the students who made it and the checks that named it, most
     students first; and the failures no catalogued mistake explained, grouped by their signature
-    (which of the part's checks failed unexplained), each group with its students, its checks and
-    the hash of its latest notebook, so that an instructor can find a new common mistake and
-    catalogue it."""
+    (the step its locator found to go wrong first, and which of the part's checks failed
+    unexplained), each group with its students, its checks and the hash of its latest notebook, so
+    that an instructor can find a new common mistake and catalogue it."""
     from ..units import get_unit
 
     spec = get_unit(unit)
@@ -360,8 +369,8 @@ def class_report(db: Database, unit: str) -> list[dict]:
                 students[part][mistake].add(record["student"])
                 checks[part][mistake] += 1
             if graded.get("unexplained"):
-                group = unexplained[part].setdefault(tuple(graded["unexplained"]),
-                                                     {"students": set(), "checks": 0, "example": None})
+                key = (graded["unexplained"]["step"] or "", tuple(graded["unexplained"]["failed"]))
+                group = unexplained[part].setdefault(key, {"students": set(), "checks": 0, "example": None})
                 group["students"].add(record["student"])
                 group["checks"] += 1
                 group["example"] = record["sha256"]  # records come oldest first: the latest is kept
@@ -372,7 +381,7 @@ def class_report(db: Database, unit: str) -> list[dict]:
         table.append({"part": part, "students": len(checked[part]), "full_marks": len(full[part]),
                       "mistakes": [{"id": m, "description": described.get(m, m), "students": len(students[part][m]),
                                     "checks": checks[part][m]} for m in mistakes],
-                      "unexplained": [{"failed": list(signature), "students": len(group["students"]),
+                      "unexplained": [{"step": step or None, "failed": list(failed), "students": len(group["students"]),
                                        "checks": group["checks"], "example": group["example"]}
-                                      for signature, group in groups]})
+                                      for (step, failed), group in groups]})
     return table

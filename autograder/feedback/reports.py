@@ -132,19 +132,26 @@ def graded(unit: str, data: bytes, name: str = "submission.ipynb", parts: list[s
     return report
 
 
-def unexplained_failures(unit: str, report: dict, parts: list[str]) -> dict[str, list[str]]:
-    """Per part asked for, the names of its failed checks that no catalogued mistake was named on
-    (the part's failure signature, for the instructor's report: `db.class_report`), leaving out
-    checks passed but not counted (those say nothing about the mistake). Not sent to the
-    student: the report they get says the same in the grade cells' words."""
+def unexplained_failures(unit: str, report: dict, parts: list[str]) -> dict[str, dict]:
+    """Per part asked for that failed with no catalogued mistake named, its failure signature, for
+    the instructor's report (`db.class_report`): {"step": the step its locator found to go wrong
+    first (engine/grade.locate_step; None where it has none or found none), "failed": the names of
+    its failed checks}, leaving out checks passed but not counted (those say nothing about the
+    mistake). Not sent to the student: the report they get says the same in the grade cells' words."""
+    from ..engine.grade import LOCATED, step_of
+
     asked = set(parts)
-    failed: dict[str, list[str]] = {}
+    found: dict[str, dict] = {}
     for check in report.get("checks", []):
         part, _, name = str(check.get("name", "")).partition("/")
+        message = str(check.get("message", ""))
         if part in asked and not check.get("passed") and not check.get("misconception") \
-                and NOT_COUNTED not in str(check.get("message", "")):
-            failed.setdefault(part, []).append(name)
-    return {part: sorted(names) for part, names in failed.items()}
+                and NOT_COUNTED not in message:
+            signature = found.setdefault(part, {"step": None, "failed": []})
+            signature["failed"].append(name)
+            if LOCATED in message:
+                signature["step"] = step_of(message.split(LOCATED, 1)[1])
+    return {part: {"step": s["step"], "failed": sorted(s["failed"])} for part, s in found.items()}
 
 
 def check_task(task: dict) -> dict:

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..engine.compare import Tolerance, compare_arrays, describe
+from ..engine.locate import located_mask, located_scale, shown
 from ..engine.reference import load_reference
 from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
 from ..engine.weights import random_state as shared_random_state
@@ -112,6 +113,7 @@ def graded() -> Unit:
             kind="class",
             diagnose=diagnose,
             forbid=ATTENTION_FORBID,
+            locate_probe=locate_attention_module,
             # coursekit.blocks (the course's block for units 05+) stays in the sandbox, where the
             # stand-ins above come from: an answer that imports it earns nothing here.
             not_imported=("coursekit.blocks",),
@@ -144,6 +146,7 @@ def graded() -> Unit:
             kind="class",
             diagnose=diagnose,
             library_stubs=GELU_STUB,
+            locate_probe=locate_feed_forward,
             not_imported=("coursekit.blocks",),
             checks=(
                 Check("attributes_default_width", "FeedForward(12): fc1 and fc2, d_ff defaulting to 48", 1,
@@ -166,6 +169,7 @@ def graded() -> Unit:
             kind="class",
             diagnose=diagnose,
             library_stubs=BLOCK_STUBS,
+            locate_probe=locate_block,
             not_imported=("coursekit.blocks",),
             checks=(
                 Check("attributes", "TransformerBlock(12, 3): ln1, attn, ln2, ffn and their parameters", 1,
@@ -1338,6 +1342,219 @@ ATTENTION_FORBID = ("torch.nn.functional.scaled_dot_product_attention", "torch.n
 # Inside the classes, the student's own sub-parts are replaced by correct ones, so a bug in
 # `gelu` or `MultiHeadAttention` costs its own points only, not the block's as well. They are
 # library code imported inside the worker: a call back to the reference would cut the autograd graph.
+# ---------------------------------------------------------------- where a wrong module goes wrong
+# Each module is built (in float64) with weights chosen so that one step shows: values and output
+# projections that are the identity, so the output holds the attention weights; a sublayer silenced
+# (its last layer zero), so the block shows the other one alone. The student's module and the
+# reference's, given the same weights, are compared setting by setting; the first that differs
+# names the step.
+
+
+def _module_output(api, cls_name: str, ctor: tuple, state: dict, x):
+    module = api.new(cls_name, *ctor)
+    module = api.method(module, "double", keep=True)
+    api.method(module, "load_state_dict", state)
+    api.method(module, "eval", keep=True)
+    return _out(api.forward(module, x))
+
+
+def _reference_output(cls_name: str, ctor: tuple, state: dict, x):
+    module = getattr(ref(), cls_name)(*ctor).double()
+    module.load_state_dict(state)
+    module.eval()
+    with torch.no_grad():
+        return module(x).numpy()
+
+
+def _zeroed(cls_name: str, ctor: tuple) -> dict:
+    return {k: torch.zeros_like(v) for k, v in getattr(ref(), cls_name)(*ctor).double().state_dict().items()}
+
+
+def _differs(got, want) -> str | None:
+    """None where they agree (float64), else how they differ, in a few words."""
+    if got is None or got.shape != want.shape:
+        return f"yours is {describe(got)}, not of shape {tuple(want.shape)}"
+    if np.allclose(got, want, rtol=1e-7, atol=1e-9):
+        return None
+    return f"yours differs from it by up to {float(np.nanmax(np.abs(got - want))):.3g}"
+
+
+def locate_attention_module(api) -> str | None:
+    T, d, heads = 8, 8, 2
+    ctor, x = (d, heads), torch.eye(T, dtype=torch.float64)[None]  # x = I: position t is e_t
+    state = _zeroed("MultiHeadAttention", ctor)
+    state["v_proj.weight"] = torch.eye(d, dtype=torch.float64)
+    state["out_proj.weight"] = torch.eye(d, dtype=torch.float64)
+    # Every position the same, [1, 1, ...], and v_proj = diag(1..8): every value row is [1, ..., 8], so any
+    # weights that sum to 1 give [1, ..., 8] back, whatever the mask: only the heads' layout, the
+    # weights' sum and anything added on show.
+    same = torch.ones(1, T, d, dtype=torch.float64)
+    spread = {**state, "v_proj.weight": torch.diag(torch.arange(1.0, d + 1, dtype=torch.float64))}
+    got = _module_output(api, "MultiHeadAttention", ctor, spread, same)
+    want = _reference_output("MultiHeadAttention", ctor, spread, same)
+    if _differs(got, want):
+        setting = ("With every position [1, 1, ...] and v_proj = diag(1, ..., 8), every value row is [1, ..., 8], so "
+                   "the output is [1, ..., 8] at every position, whatever the weights (each row of them sums to 1)")
+        if got is None or got.shape != want.shape:
+            return f"the output. {setting}; yours is {describe(got)}"
+        if np.allclose(got, want + same.numpy(), atol=1e-9):
+            return (f"the residual. {setting}; yours adds x to it: the module returns the attention's output alone "
+                    "(the block adds the residual)")
+        ratio = got / want
+        over_queries = np.cumsum(1 / (T - np.arange(T)))  # each row's sum when the softmax runs down the columns
+        if np.all(np.isfinite(got)) and np.allclose(ratio, ratio[..., :1], atol=1e-9):
+            if np.allclose(ratio[0, :, 0], (np.arange(T) + 1) / T, atol=1e-9):
+                return (f"the mask. {setting}; yours gives {shown(ratio[0, :, 0])} times it, position by position: "
+                        "position t keeps (t + 1) / T of the weight, as when the future is hidden after the softmax; "
+                        "fill the hidden scores with -inf before it, so that each row sums to 1")
+            if np.allclose(ratio[0, :, 0], over_queries, atol=1e-9):
+                return (f"the softmax's axis. {setting}; yours gives {shown(ratio[0, :, 0])} times it, position by "
+                        "position: your weights' columns sum to 1, not their rows (softmax over the keys, dim=-1)")
+            return (f"the softmax. {setting}; yours gives {shown(ratio[0, :, 0])} times it, position by position: the "
+                    "weights are the softmax of the scaled, masked scores (scale and mask before the softmax), and "
+                    "each row of them sums to 1")
+        rows_nan = np.isnan(got[0]).any(axis=-1)
+        if rows_nan.sum() > T // 2:
+            return (f"the softmax's axis. {setting}; yours is NaN at {int(rows_nan.sum())} of {T} positions: a softmax "
+                    "over an axis where every entry can be -inf (the heads, dim=1), not over the keys (dim=-1)")
+        if not rows_nan.any():  # a row with no key at all (NaN) is the mask's doing: told below
+            return (f"the heads. {setting}; yours gives {_row(got[0, -1])} at the last position: head h attends with "
+                    "its own d_head columns and writes them back in place: split with .view(B, T, n_heads, d_head)"
+                    ".transpose(1, 2) (heads before positions), merge with .transpose(1, 2).reshape(B, T, d_model)")
+    # q = k = 0: every score equal; v = out = I: the output is the weight matrix itself.
+    got, want = _module_output(api, "MultiHeadAttention", ctor, state, x), _reference_output(
+        "MultiHeadAttention", ctor, state, x)
+    if _differs(got, want):
+        weights, mask = got[0] if got is not None and got.shape == (1, T, d) else None, np.tril(np.ones((T, T), bool))
+        setting = ("With q_proj = k_proj = 0 (every score equal) and v_proj = out_proj = the identity, on x = I, the "
+                   "output is the attention weights: position t averages positions 0..t")
+        if weights is not None and np.isnan(weights).all():
+            return (f"the softmax's axis. {setting}; yours is NaN throughout: a softmax over an axis where every "
+                    "entry can be -inf (the heads, dim=1), not over the keys (dim=-1)")
+        if weights is not None and np.allclose(weights - np.eye(T), want[0], atol=1e-9):
+            return (f"the residual. {setting}; yours adds x to that: the module returns the attention's output alone "
+                    "(the block adds the residual)")
+        if weights is not None and np.allclose(weights[~mask], 0, atol=1e-9) and not np.allclose(
+                weights.sum(-1), 1, atol=1e-6) and np.allclose(weights / weights.sum(-1, keepdims=True), want[0]):
+            return (f"the softmax. {setting}; yours has the right keys, but its rows sum to "
+                    f"{shown(weights.sum(-1)[:3])}...: the weights are the softmax of the scaled scores (scale before "
+                    "the softmax, mask before the softmax), and sum to 1")
+        if weights is not None and np.allclose(np.where(mask, weights, 0).sum(0), 1, atol=1e-6) and not np.allclose(
+                weights.sum(-1), 1, atol=1e-6):
+            return (f"the softmax's axis. {setting}; your weights' columns sum to 1, not their rows: each query's "
+                    "weights over the keys (dim=-1) sum to 1")
+        return located_mask(weights, mask, setting) or f"the mixing. {setting}; {_differs(got, want)}"
+    # Head 0's queries all [2, 0, 0, 0] and only key 0 has [1, 0, 0, 0]: raw scores [2, 0, ..., 0].
+    scaled = {**state, "q_proj.weight": state["q_proj.weight"].clone(), "k_proj.weight": state["k_proj.weight"].clone()}
+    scaled["q_proj.weight"][0, :] = 2.0
+    scaled["k_proj.weight"][0, 0] = 1.0
+    got = _module_output(api, "MultiHeadAttention", ctor, scaled, x)
+    want = _reference_output("MultiHeadAttention", ctor, scaled, x)
+    if _differs(got, want) and got is not None and got.shape == want.shape:
+        row = got[0, T - 1, :2]  # the last query's weights on keys 0 and 1, in head 0
+        setting = ("With 2 heads of d_head 4, head 0's queries all [2, 0, 0, 0] and only key 0 [1, 0, 0, 0] (raw "
+                   "scores [2, 0, ..., 0])")
+        if np.all(row > 0) and abs(row[0] - row[1]) < 1e-9:
+            return (f"the scores. {setting}, each query should weigh key 0 most; yours weighs them all alike: the "
+                    "scores are q k^T, each query against every key (not k q^T)")
+        located = located_scale(np.array([row[0], row[1]]), 4, 2.0, setting, d_model=d)
+        if located:
+            return located
+    generator = torch.Generator().manual_seed(3)
+    mixed = {**state, "q_proj.weight": torch.randn(d, d, generator=generator, dtype=torch.float64),
+             "k_proj.weight": torch.randn(d, d, generator=generator, dtype=torch.float64)}
+    got = _module_output(api, "MultiHeadAttention", ctor, mixed, x)
+    problem = _differs(got, _reference_output("MultiHeadAttention", ctor, mixed, x))
+    if problem:
+        return (f"the heads. With random q_proj and k_proj (v_proj = out_proj = I), the output columns "
+                f"h*d_head..(h+1)*d_head hold head h's weighted values: {problem}. Head h attends with its own "
+                "d_head columns of q and k: split (B, T, d_model) with .view(B, T, n_heads, d_head).transpose(1, 2), "
+                "and merge back with .transpose(1, 2).reshape(B, T, d_model)")
+    projected = {**mixed, "out_proj.weight": torch.randn(d, d, generator=generator, dtype=torch.float64)}
+    got = _module_output(api, "MultiHeadAttention", ctor, projected, x)
+    problem = _differs(got, _reference_output("MultiHeadAttention", ctor, projected, x))
+    if problem:
+        return (f"the output projection. With a random out_proj, {problem}: out_proj (an nn.Linear) maps the merged "
+                "heads, once, at the end")
+    full = {k: torch.randn(v.shape, generator=generator, dtype=torch.float64) for k, v in state.items()}
+    got = _module_output(api, "MultiHeadAttention", ctor, full, x)
+    problem = _differs(got, _reference_output("MultiHeadAttention", ctor, full, x))
+    if problem:
+        return (f"the biases. With every weight right so far, random biases too: {problem}: each of q_proj, k_proj, "
+                "v_proj and out_proj is an nn.Linear with a bias, applied as a whole")
+    return None
+
+
+def locate_feed_forward(api) -> str | None:
+    d = 6
+    x = torch.linspace(-3.0, 3.0, d, dtype=torch.float64)[None, None]
+    state = _zeroed("FeedForward", (d, d))
+    state["fc1.weight"] = torch.eye(d, dtype=torch.float64)
+    state["fc2.weight"] = torch.eye(d, dtype=torch.float64)
+    got, want = _module_output(api, "FeedForward", (d, d), state, x), _reference_output("FeedForward", (d, d), state, x)
+    if _differs(got, want):
+        setting = (f"With fc1 = fc2 = the identity, on x = {_row(x[0, 0].numpy())}, the output is gelu(x) = "
+                   f"{_row(want[0, 0])}")
+        if got is not None and got.shape == want.shape:
+            if np.allclose(got, want + x.numpy(), atol=1e-9):
+                return f"the residual. {setting}; yours adds x to it: FeedForward returns fc2(gelu(fc1(x))) alone"
+            if np.allclose(got, x.numpy(), atol=1e-9):
+                return f"the activation. {setting}; yours gives x back: there is no GELU between fc1 and fc2"
+        told = _row(got[0, 0]) if got is not None and got.shape == want.shape else describe(got)
+        return (f"the activation. {setting}; yours gives {told}: the exact GELU, x * (1 + erf(x / sqrt(2))) / 2 "
+                "(F.gelu), between fc1 and fc2")
+    scaled = {**state, "fc1.weight": 2 * state["fc1.weight"], "fc2.weight": 0.5 * state["fc2.weight"]}
+    got = _module_output(api, "FeedForward", (d, d), scaled, x)
+    want = _reference_output("FeedForward", (d, d), scaled, x)
+    if _differs(got, want):
+        return (f"the order. With fc1 = 2 I and fc2 = I / 2 the output is gelu(2x) / 2 = {_row(want[0, 0])}; yours "
+                f"gives {_row(got[0, 0]) if got is not None and got.shape == want.shape else describe(got)}: fc1, then "
+                "GELU, then fc2")
+    generator = torch.Generator().manual_seed(5)
+    for ctor, what in (((d, 10), "with d_ff = 10"), ((d,), "with d_ff left to its default, 4 * d_model")):
+        full = {k: torch.randn(v.shape, generator=generator, dtype=torch.float64)
+                for k, v in _zeroed("FeedForward", ctor).items()}
+        got = _module_output(api, "FeedForward", ctor, full, x)
+        problem = _differs(got, _reference_output("FeedForward", ctor, full, x))
+        if problem:
+            return (f"the layers. With random weights and biases {what}, {problem}: fc1 (d_model -> d_ff) and fc2 "
+                    "(d_ff -> d_model), each an nn.Linear with a bias")
+    return None
+
+
+def locate_block(api) -> str | None:
+    d, heads, d_ff, T = 8, 2, 16, 5
+    ctor = (d, heads, d_ff)
+    generator = torch.Generator().manual_seed(11)
+    full = {k: torch.randn(v.shape, generator=generator, dtype=torch.float64) * (0.5 if v.dim() > 1 else 1.0)
+            + (1.0 if k.endswith("ln1.weight") or k.endswith("ln2.weight") else 0.0)
+            for k, v in _zeroed("TransformerBlock", ctor).items()}
+    x = torch.randn(1, T, d, generator=generator, dtype=torch.float64) * 2 + 1
+
+    def silenced(*layers):
+        return {k: torch.zeros_like(v) if any(k.startswith(layer) for layer in layers) else v for k, v in full.items()}
+
+    for layers, step, setting, fix in (
+            (("attn.out_proj", "ffn.fc2"), "the residual stream", "With both sublayers silenced (attn.out_proj and "
+             "ffn.fc2 zero), a pre-norm block passes x through unchanged",
+             "the stream itself is never normalised: x + attn(ln1(x)), then x + ffn(ln2(x)) (pre-norm, not "
+             "post-norm)"),
+            (("ffn.fc2",), "the attention sublayer", "With the feed-forward silenced (ffn.fc2 zero) the block is "
+             "x + attn(ln1(x))", "ln1 normalises a copy of the stream for the attention, whose output is added to x "
+             "itself"),
+            (("attn.out_proj",), "the feed-forward sublayer", "With the attention silenced (attn.out_proj zero) the "
+             "block is x + ffn(ln2(x))", "ln2 normalises a copy of the stream for the feed-forward, whose output is "
+             "added to the stream"),
+            ((), "the order of the sublayers", "With both sublayers on", "the feed-forward reads the stream after the "
+             "attention's update: x = x + attn(ln1(x)), then x = x + ffn(ln2(x))")):
+        state = silenced(*layers)
+        got = _module_output(api, "TransformerBlock", ctor, state, x)
+        problem = _differs(got, _reference_output("TransformerBlock", ctor, state, x))
+        if problem:
+            return f"{step}. {setting}: {problem}: {fix}"
+    return None
+
+
 GELU_STUB = (("gelu", "torch.nn.functional.gelu"),)
 BLOCK_STUBS = (
     ("MultiHeadAttention", "coursekit.blocks.CausalSelfAttention"),

@@ -485,6 +485,14 @@ def locate_causal_self_attention(call) -> str | None:
         if not isinstance(batched, np.ndarray) or batched.shape != (2, n, d_model) or not np.allclose(
                 batched[..., :n], np.stack([want, 2 * want]), atol=1e-9):
             told = f" (it raised {batched})" if isinstance(batched, StepFailed) else ""
+            if isinstance(batched, StepFailed):
+                try:  # a batch as long as the sequence: n read from either axis is 4 here
+                    call(np.stack([x] * n), zero, zero, eye)
+                except StepFailed:  # fails all the same: not the mask's size, the scores' shapes
+                    return (f"the keys' transpose: one sequence is right, but with x (2, 4, 5) it raised {batched}, "
+                            f"and still does with a batch of 4: K.T reverses every axis of a batched K (2, 4, 2), "
+                            "batch included; swap only the last two, np.swapaxes(K, -1, -2), so that the scores are "
+                            "(2, 4, 4)")
             return (f"the batch axis: one sequence is right, but with x (2, 4, 5) the mask is still (n, n), n = "
                     f"x.shape[-2] = 4 (not x.shape[0]), and it must broadcast over the batch (np.where(mask, scores, "
                     f"-np.inf), not boolean indexing){told}")

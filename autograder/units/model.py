@@ -98,6 +98,7 @@ def graded() -> Unit:
             kind="class",
             not_from=("coursekit.gpt.GPT",),
             diagnose=diagnose,
+            locate_probe=locate_gpt,
             checks=(
                 Check("tied_parameters", "a tied model: its parameters' names and shapes, lm_head sharing token_emb's "
                       "weight", 1, model_inputs(SMALL, state=False), probe=tying_probe),
@@ -830,6 +831,66 @@ def locate_rope(call) -> str | None:
         ignored = based is not None and close(based, got, 1e-6)
         return ("the base. With base = 100, pair i turns by 100 ** (-2i / d) per position"
                 + ("; yours still uses 10000: use the argument" if ignored else "; yours turns otherwise"))
+    return None
+
+
+# ---------------------------------------------------------------- where a wrong GPT goes wrong
+# The model is loaded with the contract's weights, first with every block silenced (its out_proj and
+# fc2 zero, so that it passes the stream through): the logits are then lm_head(ln_f(token_emb +
+# pos_emb)) alone, and what differs is read against that pipeline with one stage changed.
+
+
+def _reference_logits(fields: dict, state: dict, idx):
+    import types
+
+    model = ref().GPT(types.SimpleNamespace(**fields))
+    model.load_state_dict(state)
+    model.eval()
+    with torch.no_grad():
+        return model(idx).numpy()
+
+
+def _silenced_blocks(state: dict) -> dict:
+    return {k: torch.zeros_like(v) if ".attn.out_proj." in k or ".ffn.fc2." in k else v for k, v in state.items()}
+
+
+def locate_gpt(api) -> str | None:
+    fields = SMALL
+    state = _silenced_blocks(random_state(fields, 17))
+    idx = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    got = as_array(api.forward(built_model(api, Inputs((idx,), {"fields": fields, "state": state})), idx))
+    want = _reference_logits(fields, state, idx)
+    if got is None or got.shape != want.shape:
+        return (f"the logits' shape. For idx (1, 8) with vocab_size 40 the logits are (1, 8, 40); yours are "
+                f"{what(got)}")
+    if not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        setting = ("With every block silenced (attn.out_proj and ffn.fc2 zero, so each passes the stream through), "
+                   "the logits are lm_head(ln_f(token_emb(idx) + pos_emb(positions)))")
+        stream = (state["token_emb.weight"][idx] + state["pos_emb.weight"][:idx.shape[1]]).numpy()
+        shifted = {**state, "pos_emb.weight": torch.roll(state["pos_emb.weight"], -1, dims=0)}
+        candidates = (
+            ("the positions", _reference_logits(fields, {**state, "pos_emb.weight": torch.zeros_like(
+                state["pos_emb.weight"])}, idx), "yours leave the positions out: add pos_emb(torch.arange(T))"),
+            ("the positions", _reference_logits(fields, shifted, idx), "yours count the positions from 1: position t "
+             "is pos_emb row t, t = 0..T-1"),
+            ("the final norm", stream @ state["lm_head.weight"].numpy().T, "yours skip ln_f before lm_head"),
+            ("the output", torch.softmax(torch.from_numpy(want), dim=-1).numpy(), "yours returns probabilities: "
+             "forward returns the logits, before any softmax"),
+        )
+        for step, theirs, told in candidates:
+            if np.allclose(got, theirs, rtol=1e-4, atol=1e-5):
+                return f"{step}. {setting}: {told}"
+        return (f"the embeddings, the final norm and the head. {setting}; yours differ from them by up to "
+                f"{float(np.abs(got - want).max()):.3g}")
+    state = random_state(fields, 17)
+    got = as_array(api.forward(built_model(api, Inputs((idx,), {"fields": fields, "state": state})), idx))
+    want = _reference_logits(fields, state, idx)
+    if got is None or not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        by = f"{float(np.abs(got - want).max()):.3g}" if got is not None and got.shape == want.shape else "all"
+        return (f"the blocks. With the blocks silenced your logits are right; with them on they differ by up to "
+                f"{by}: the "
+                "stream goes through every block of self.blocks once, in order, each block's output the next one's "
+                "input (an nn.ModuleList of n_layers distinct TransformerBlocks)")
     return None
 
 

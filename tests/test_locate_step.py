@@ -338,3 +338,55 @@ def test_two_slips_that_no_name_explains_are_both_located():
     assert not any(r.misconception for r in results)
     told = next(r.message for r in results if "Where it goes wrong:" in r.message)
     assert "Where it goes wrong: the default eps." in told and "Also: the weight and bias." in told, told
+
+
+GLOBAL_MAX_CROSS_ENTROPY = """
+import torch
+
+def cross_entropy(logits, targets):
+    z = logits.reshape(-1, logits.shape[-1])
+    m = z.max()  # the whole tensor's maximum, not each row's
+    lse = torch.log(torch.exp(z - m).sum(dim=-1)) + m
+    return (lse - z.gather(1, targets.reshape(-1, 1)).squeeze(1)).mean()
+"""
+
+
+def test_a_name_is_kept_only_where_its_variant_goes_wrong_at_the_answers_step():
+    """A shift by the whole tensor's maximum fails the same check as no shift at all (an infinite
+    loss), but on the locator's own inputs it goes wrong nowhere, and no shift goes wrong at the
+    log-sum-exp: the answer is not named ce_no_max_shift."""
+    student = Student([("answer", GLOBAL_MAX_CROSS_ENTROPY)])
+    student.start()
+    try:
+        results = grade_part(UNITS["08_training"], "cross_entropy", student)
+    finally:
+        student.close()
+    assert any(not r.passed for r in results)
+    assert not any(r.misconception for r in results), [r.misconception for r in results]
+
+
+def test_a_locator_that_fails_costs_no_grade(monkeypatch):
+    """A locator is trusted code that only words the feedback: should it raise on an answer, the
+    part is graded all the same, without a located step."""
+    import dataclasses
+
+    unit = UNITS["01_attention"]
+    part = unit.part("softmax")
+
+    def broken(call):
+        raise ValueError("a locator's own bug")
+
+    broken_unit = dataclasses.replace(unit, parts=tuple(dataclasses.replace(p, locate=broken) if p is part else p
+                                                        for p in unit.parts))
+    namespace = dict(vars(load_reference(unit.name)))
+    namespace["softmax"] = lambda x, axis=-1: UNCATALOGUED_SOFTMAX(x, axis)
+    results = grade_part(broken_unit, "softmax", InProcessStudent(namespace))
+    assert any(not r.passed for r in results) and not any("could not check" in r.message for r in results)
+    assert not any("Where it goes wrong" in r.message for r in results)
+
+
+def UNCATALOGUED_SOFTMAX(x, axis=-1):  # noqa: N802 - the answer of UNCATALOGUED["softmax"], as a function
+    import numpy as np
+
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / (e.sum(axis=axis, keepdims=True) + 1)

@@ -164,9 +164,11 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
     failed = [i for i, s in seen.items() if not s.passed]
     named = explain(unit, part, ref, list(seen.values())) if name_mistakes and failed and not unfinished else {}
     where = None
-    if named and part.locates and all(seen[i].outcome.error is not None for i in failed):
-        # Every failed check raised, so the names rest on the error's type alone, which other slips
-        # share: a name is kept only where its variant goes wrong at the step the answer does.
+    if part.locates and len({m.name for m in named.values()}) == 1:
+        # One name rests on the checks the answer failed, which other slips may fail alike (the same
+        # exception's type, the same NaN, the same verdict): it is kept only where its variant also
+        # goes wrong at the step the answer does, on the locator's own inputs. (Two names in one part
+        # are each shown by checks the other passes: explain_two.)
         where = locate_step(part, student, stubs, seconds)
         for mistake in {m.name: m for m in named.values()}.values():
             theirs = locate_step(part, InProcessStudent(variant_namespace(part, ref, mistake.variants[part.name])),
@@ -263,6 +265,8 @@ def locate_step(part: Part, student, stubs: dict, seconds: float) -> str | None:
                 return part.locate_probe(StudentApi(student, stubs, part.forbid, seconds))
             return part.locate(call)
     except (StepFailed, ProbeFailed):
+        return None
+    except Exception:  # noqa: BLE001 - a locator only words the feedback: its own failure costs no grade
         return None
 
 

@@ -721,7 +721,7 @@ def locate_decode(call) -> str | None:
         except StepFailed as err:
             got = f"an error: {err}"
         if got != want:
-            if got == bytes(ids).decode("latin-1"):
+            if got == b"".join(token_bytes(merges)[i] for i in ids).decode("latin-1"):
                 fix = "the bytes are UTF-8: decode them as UTF-8 (errors=\"replace\"), not latin-1"
             return f"{step}. decode({ids}) with merges {merges} is {want!r}; yours gives {_short(got)}: {fix}"
     return None

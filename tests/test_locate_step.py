@@ -8,6 +8,8 @@ mistake, graded in a sandboxed worker, is told its step."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from autograder.engine.catalogue import variant_namespace
@@ -228,17 +230,42 @@ UNIT_08_STEPS = {
         "lr_cosine_past_the_end": "after the end",
     },
 }
+PROMPT_STEP, FIRST_NEW = "in the prompt's forward step", "in the forward step that fed new token 1"
+UNIT_06_STEPS = {
+    "generate_cached": {
+        "generate_first_position": "the token chosen after the prompt's forward step",
+        **dict.fromkeys(("cache_positions_restart", "cache_positions_one_ahead", "cache_slot_one_ahead",
+                         "cache_appends_whole_sequence", "cache_recomputes_prefix"), f"the positions, {FIRST_NEW}"),
+        "cache_never_appended": "block 0's attention, in the forward step that fed new token 2",
+        **dict.fromkeys(("cache_not_read", "cache_written_at_step", "cache_causal_one_query"),
+                        f"block 0's attention, {FIRST_NEW}"),
+        "cache_shared_across_layers": f"block 1's attention, {PROMPT_STEP}",
+        "cache_heads_split_wrong": f"block 0's attention, {PROMPT_STEP}",
+        "cache_mask_inverted": f"block 0's attention, {PROMPT_STEP}",
+        "cache_softmax_wrong_axis": f"block 0's attention, {PROMPT_STEP}",
+        "cache_prefill_unmasked": f"block 0's attention, {PROMPT_STEP}",
+        "cache_scale_d_model": f"block 0's attention, {PROMPT_STEP}",
+        "cache_skips_ln_f": f"the final layer norm, {PROMPT_STEP}",
+        # Not in the layers' calls: the model's flags, the limit's check, the sampler's arguments (the
+        # locator generates greedily, without top_k), what is returned.
+        **dict.fromkeys(("generate_new_only", "generate_leaves_eval", "model_forced_to_train", "top_k_not_passed",
+                         "cache_limit_error_unnamed", "cache_limit_one_early", "cache_limit_assert",
+                         "cache_no_limit_check", "cache_own_sampler")),
+    },
+}
 STEPS = {"01_attention": UNIT_01_STEPS, "02_masking": UNIT_02_STEPS, "03_multihead": UNIT_03_STEPS,
-         "04_block": UNIT_04_STEPS, "05_model": UNIT_05_STEPS, "07_flash_training": UNIT_07_STEPS,
+         "04_block": UNIT_04_STEPS, "05_model": UNIT_05_STEPS, "06_generation": UNIT_06_STEPS,
+         "07_flash_training": UNIT_07_STEPS,
          "08_training": UNIT_08_STEPS}
 LOCATED_UNITS = [name for name, unit in UNITS.items() if any(part.locates for part in unit.parts)]
 
 
-def located(unit, part, namespace) -> str | None:
+def located(unit, part, namespace, student=None) -> str | None:
+    """The step `part`'s locator finds in `namespace` (trusted code), or in `student` (a worker)."""
     ref = load_reference(unit.name)
     stubs = {name: getattr(ref, name) for name in part.uses if hasattr(ref, name)}
     stubs.update(dict(part.library_stubs))
-    return locate_step(part, InProcessStudent(namespace), stubs, 5.0)
+    return locate_step(part, student or InProcessStudent(namespace), stubs, 5.0)
 
 
 @pytest.mark.parametrize("unit_name", LOCATED_UNITS)
@@ -390,3 +417,41 @@ def UNCATALOGUED_SOFTMAX(x, axis=-1):  # noqa: N802 - the answer of UNCATALOGUED
 
     e = np.exp(x - x.max(axis=axis, keepdims=True))
     return e / (e.sum(axis=axis, keepdims=True) + 1)
+
+
+# Slips in a correct cached generator (tests/submissions/06_generation/correct_concat_cache.py, which
+# feeds the prompt one token at a time) that no catalogued mistake makes: each is told the step
+# between two of the model's layers where it goes wrong, from the layers' calls the grader saw.
+CACHED_SLIPS = {
+    "the attention's residual added to ln1(x)": (
+        ("x = x + block.attn.out_proj(", "x = h + block.attn.out_proj("),
+        "block 0's attention residual, in the first forward step", "added to ln1(x)"),
+    "the feed-forward computed from the stream before the attention's update": (
+        ("x = x + block.attn.out_proj((weights @ v).permute(0, 2, 1, 3).reshape(B, 1, C))\n"
+         "        x = x + block.ffn(block.ln2(x))",
+         "x = x + block.attn.out_proj((weights @ v).permute(0, 2, 1, 3).reshape(B, 1, C)) + block.ffn(block.ln2(x))"),
+        "block 0's attention residual, in the first forward step", "before the attention's output is added"),
+    "values stored where the keys go": (
+        ("cache[i] = (k, v)", "cache[i] = (v, k)"),
+        "block 0's attention, in the forward step at prompt position 1", "keys and values swapped"),
+    "a cache kept between calls": (
+        ("cache = [None] * len(model.blocks)", "cache = KEPT.setdefault('cache', [None] * len(model.blocks))"),
+        "block 0's attention, in the first forward step, on a second call", "kept from one call to the next"),
+}
+CORRECT_CACHED = Path(__file__).parent / "submissions" / "06_generation" / "correct_concat_cache.py"
+
+
+@pytest.mark.parametrize("slip", sorted(CACHED_SLIPS))
+def test_a_slip_in_a_cached_generator_is_told_its_step_from_the_calls_the_grader_saw(slip):
+    (old, new), step, words = CACHED_SLIPS[slip]
+    source = CORRECT_CACHED.read_text()
+    assert old in source
+    source = source.replace(old, new) + "\n\nKEPT = {}\n"
+    unit = UNITS["06_generation"]
+    student = Student([("answer", source)])
+    student.start()
+    try:
+        where = located(unit, unit.part("generate_cached"), None, student=student)
+    finally:
+        student.close()
+    assert where is not None and where.startswith(step + ".") and words in where, where

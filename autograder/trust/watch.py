@@ -21,11 +21,16 @@ def trusted_gpt(fields: dict, state: dict):
 
 def call_record(name: str, keep: str, first, output) -> dict:
     """What a watched call of a model's module leaves: its name, its input's shape, and by `keep`
-    "input" (a small integer input, such as positions) or "last" (the output at the last
-    position: `output[:, -1]` of a `(B, T, V)` output; a `(B, V)` output is kept whole)."""
+    "input" (a small integer input, such as positions), "last" (the output at the last
+    position: `output[:, -1]` of a `(B, T, V)` output; a `(B, V)` output is kept whole) or "io"
+    (the input and the output whole: a small model's, for a step locator to replay)."""
     import torch
 
     record = {"module": name, "shape": list(getattr(first, "shape", ()))}
+    if keep == "io":
+        for key, value in (("input", first), ("output", output)):
+            if isinstance(value, torch.Tensor) and value.numel() <= 65536:
+                record[key] = value.detach().clone()
     if keep == "input" and isinstance(first, torch.Tensor) and first.numel() <= 65536:
         record["input"] = first.detach().clone()
     if keep == "last" and isinstance(output, torch.Tensor) and output.ndim >= 2:

@@ -123,7 +123,8 @@ def graded() -> Unit:
     parts = (
         Part("sample_next", checks=SAMPLE_CHECKS, diagnose=diagnose),
         Part("generate", checks=GENERATE_CHECKS, diagnose=diagnose, uses=("sample_next",)),
-        Part("generate_cached", checks=CACHED_CHECKS, diagnose=diagnose, uses=("sample_next",)),
+        Part("generate_cached", checks=CACHED_CHECKS, diagnose=diagnose, uses=("sample_next",),
+             locate_probe=locate_cached),
     )
 
     return Unit(
@@ -685,6 +686,324 @@ def diagnose_left_alone(result, expected) -> str | None:
     if not result.get("no_gradients"):
         return "parameters have gradients afterwards: generate under torch.no_grad() and never call backward"
     return None
+
+
+# ---------------------------------------------------------------- locating the step of a cached generation
+
+# A small model whose every layer call the grader keeps whole (input and output), so that the
+# locator can replay the generation layer by layer: three heads, so that a head mix-up shows.
+LOCATE_FIELDS = dict(vocab_size=19, context_length=12, d_model=12, n_layers=2, n_heads=3, d_ff=20, tie_weights=False)
+LOCATE_NEW = 4  # new tokens per call
+LOCATE_TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def trace_spec(n_layers: int) -> dict:
+    """Every layer of the model, each call's input and output kept (watch.call_record's "io")."""
+    names = ["token_emb", "pos_emb", "ln_f", "lm_head"]
+    for layer in range(n_layers):
+        names += [f"blocks.{layer}.{leaf}" for leaf in ("ln1", "attn.q_proj", "attn.k_proj", "attn.v_proj",
+                                                         "attn.out_proj", "ln2", "ffn.fc1", "ffn.fc2")]
+    return dict.fromkeys(names, "io")
+
+
+def locate_cached(api) -> str | None:
+    """Where a cached generation first departs from the model's own computation.
+
+    Greedy generation on a model whose layers the grader computes, every call kept: the calls
+    are replayed in order, and each layer's input is compared with what the steps before it
+    should have made of the layers' outputs (which the grader computed, so they are right for
+    the inputs they were given). The first input that differs names the step between two
+    layers that went wrong: the embeddings' sum, a block's attention over the cache, a residual
+    addition, the final norm, the token chosen. Twice, on two calls: a cache kept from one call
+    to the next shows on the second."""
+    fields, rng = LOCATE_FIELDS, np.random.default_rng(29)
+    state = model_state(fields, 5)
+    for call, prompt_length in enumerate((4, 3)):
+        prompt = torch.from_numpy(rng.integers(0, fields["vocab_size"], (2, prompt_length)))
+        model = api.remote_model(fields, state, trace_spec(fields["n_layers"]))
+        api.method(model, "eval", keep=True)
+        api.call("generate_cached", model, prompt, LOCATE_NEW, temperature=0)
+        found = replay_cached(api.watched(model), prompt, fields)
+        if found is not None:
+            step, detail = found
+            if call == 0:
+                return f"{step}. {detail}"
+            return (f"{step}, on a second call. {detail} The first call, on another prompt, went right: is a cache "
+                    "(or anything else) kept from one call to the next, in a global or a mutable default argument "
+                    "(`cache={}`)? Start every call with an empty cache")
+    return None
+
+
+def _same(got, want) -> bool:
+    """The values agree, laid out alike (a (B, 1, C) input for a (B, C) one is the same input)."""
+    if not isinstance(got, torch.Tensor) or not isinstance(want, torch.Tensor) or got.numel() != want.numel():
+        return False
+    return bool(torch.allclose(got.detach().double().reshape(want.shape), want.double(), equal_nan=True,
+                               **LOCATE_TOL))
+
+
+def _gap(got, want) -> str:
+    if not isinstance(got, torch.Tensor) or not isinstance(want, torch.Tensor) or got.numel() != want.numel():
+        return f"it was given {describe(got)}, expected shape {tuple(want.shape)}"
+    gap = float((got.detach().double().reshape(want.shape) - want.double()).abs().max())
+    return f"the largest difference is {gap:.3g}"
+
+
+def _which(candidates: dict, got) -> str | None:
+    """The first candidate (sentence -> value) that `got` equals."""
+    return next((sentence for sentence, value in candidates.items() if _same(got, value)), None)
+
+
+def _forward_steps(records: list) -> list[dict]:
+    """The calls, cut into forward steps (one starts at an embedding call after a block's or the
+    head's): for each step, each layer's calls in order."""
+    steps: list[dict] = []
+    for record in records:
+        module = record["module"]
+        if not steps or (module in ("token_emb", "pos_emb") and any(
+                name not in ("token_emb", "pos_emb") for name in steps[-1])):
+            steps.append({})
+        steps[-1].setdefault(module, []).append(record)
+    return steps
+
+
+def _step_name(start: int, t: int, T0: int) -> str:
+    if start == 0:
+        return "the prompt's forward step" if t > 1 else "the first forward step"
+    if start < T0:
+        return f"the forward step at prompt position {start}"
+    return f"the forward step that fed new token {start - T0 + 1}"
+
+
+def _attention(q, keys, values, start: int | None, scale: float, merge: bool = True, softmax_dim: int = -1,
+               inverted: bool = False):
+    """softmax(q kᵀ · scale + causal mask) v for queries at positions start .. start + t - 1 over
+    the keys of positions 0 .. n - 1 (start None: no mask): (B, nh, t, hs) -> (B, t, C)."""
+    B, nh, t, hs = q.shape
+    scores = q @ keys.transpose(-2, -1) * scale  # (B, nh, t, n)
+    if start is not None:
+        allowed = torch.ones(t, keys.shape[2], dtype=torch.bool).tril(diagonal=start)
+        scores = scores.masked_fill(allowed if inverted else ~allowed, -math.inf)
+    y = torch.softmax(scores, dim=softmax_dim) @ values  # (B, nh, t, hs)
+    return (y.transpose(1, 2) if merge else y).reshape(B, t, nh * hs)
+
+
+def replay_cached(records, prompt, fields: dict) -> tuple[str, str] | None:
+    """(the step that first departs, what it does) from a cached generation's calls, or None."""
+    B, T0 = prompt.shape
+    C, nh = fields["d_model"], fields["n_heads"]
+    hs = C // nh
+    records = [r for r in records if isinstance(r, dict) and isinstance(r.get("module"), str)] \
+        if isinstance(records, list) else []
+    sequence = prompt.long()  # the prompt, then each token as greedy decoding chooses it
+    raw = {layer: ([], []) for layer in range(fields["n_layers"])}  # each step's k_proj, v_proj outputs (B, t, C)
+    fed, others, chosen_in = 0, {}, ""  # others: the tokens a slip would have chosen instead, by the slip
+    for calls in _forward_steps(records):
+        def first(name, calls=calls):  # each layer's first call in this step
+            found = calls.get(name)
+            return found[0] if found else None
+
+        ids, positions = first("token_emb"), first("pos_emb")
+        if ids is None or positions is None or "input" not in ids or "input" not in positions:
+            missing = "token_emb" if ids is None else "pos_emb"
+            return (f"the embeddings, in {_step_name(fed, 1, T0)}",
+                    f"the grader saw no call of `model.{missing}` in this step: look the tokens and the positions up "
+                    "with the model's modules")
+        tokens = ids["input"].long().reshape(B, -1)
+        t = tokens.shape[1]
+        where = _step_name(fed, t, T0)
+        want = torch.arange(fed, fed + t)
+        looked = positions["input"].long().reshape(-1, positions["input"].shape[-1])[0] \
+            if positions["input"].ndim else positions["input"].reshape(1)
+        if not torch.equal(looked, want):
+            restart = " (the positions restart at 0: the new token sits after the prompt and the tokens before it)" \
+                if fed > 0 and len(looked) and int(looked[0]) == 0 else ""
+            return (f"the positions, in {where}", f"`pos_emb` was asked for positions {looked.tolist()}, expected "
+                    f"{want.tolist()}: each step continues where the cache ends{restart}")
+        if fed + t > sequence.shape[1] or not torch.equal(tokens, sequence[:, fed:fed + t]):
+            expected = sequence[:, fed:fed + t]
+            instead = next((k for k, v in others.items() if t == 1 and torch.equal(tokens[:, -1], v)), None)
+            if instead:
+                return (f"the token chosen after {chosen_in}", f"the token fed back is {instead} "
+                        "(the prediction for the next token is at the last position)")
+            return (f"the tokens fed, in {where}", f"`token_emb` was given {tokens.tolist()}, expected "
+                    f"{expected.tolist() if expected.numel() else 'none (no token had been chosen yet)'}: the prompt, "
+                    "then each new token once, as it is chosen")
+        token_out, position_out = ids["output"], positions["output"]
+        x = token_out.reshape(B, t, C) + position_out.reshape(-1, t, C)  # (B, t, C)
+        before = {"`token_emb(tokens)` alone (the positions' embeddings are not added)": token_out,
+                  "`pos_emb(positions)` alone": position_out}
+        leaving = f"the embeddings, in {where}"
+        for layer in range(fields["n_layers"]):
+            name = f"blocks.{layer}"
+            ln1 = first(f"{name}.ln1")
+            if ln1 is None:
+                return (f"block {layer}'s ln1, in {where}", "the grader saw no call of `block.ln1`: normalise a "
+                        "copy of the stream with it before the projections")
+            if not _same(ln1.get("input"), x):
+                instead = _which(before, ln1.get("input"))
+                should = "token_emb(tokens) + pos_emb(positions)" if layer == 0 else f"what block {layer - 1} returns"
+                return (leaving, f"the stream entering block {layer} should be {should}; "
+                        f"{'it is ' + instead if instead else _gap(ln1.get('input'), x)}")
+            h = ln1["output"]
+            projected = {}
+            for kind in ("q", "k", "v"):
+                record = first(f"{name}.attn.{kind}_proj")
+                if record is None:
+                    return (f"block {layer}'s attention, in {where}", f"the grader saw no call of "
+                            f"`attn.{kind}_proj`: project ln1(x) with the module")
+                if not _same(record.get("input"), h):
+                    instead = "x itself, not ln1(x)" if _same(record.get("input"), x) else None
+                    return (f"block {layer}'s projections, in {where}", f"`attn.{kind}_proj` should be given ln1(x); "
+                            f"{'it was given ' + instead if instead else _gap(record.get('input'), h)}")
+                projected[kind] = record["output"].reshape(B, t, C)
+            raw[layer][0].append(projected["k"])
+            raw[layer][1].append(projected["v"])
+            located = _located_attention(first(f"{name}.attn.out_proj"), projected, raw[layer], fed, T0, B, nh, hs)
+            if located is not None:
+                return f"block {layer}'s attention, in {where}", located
+            o = first(f"{name}.attn.out_proj")["output"].reshape(B, t, C)
+            x_mid = x + o
+            ln2 = first(f"{name}.ln2")
+            if ln2 is None or not _same(ln2.get("input"), x_mid):
+                instead = None if ln2 is None else _which({
+                    "the attention's output added to ln1(x), the normalised copy, instead of to x": h + o,
+                    "the stream before the attention's output is added: update x first, then compute the "
+                    "feed-forward from it": x,
+                    "the attention's output alone: x is not added back": o}, ln2.get("input"))
+                return (f"block {layer}'s attention residual, in {where}",
+                        "the grader saw no call of `block.ln2`" if ln2 is None else
+                        f"ln2 should be given x + attn_out, the stream after the attention's update; "
+                        f"{'it was given ' + instead if instead else _gap(ln2.get('input'), x_mid)}")
+            h2 = ln2["output"]
+            fc1, fc2 = first(f"{name}.ffn.fc1"), first(f"{name}.ffn.fc2")
+            if fc1 is None or fc2 is None:
+                return (f"block {layer}'s feed-forward, in {where}", "the grader saw no call of `ffn.fc1` and "
+                        "`ffn.fc2`: run the block's feed-forward (`block.ffn(h)`)")
+            if not _same(fc1.get("input"), h2):
+                instead = "the stream itself, not ln2(x)" if _same(fc1.get("input"), x_mid) else None
+                return (f"block {layer}'s feed-forward, in {where}", f"`ffn` should be given ln2(x); "
+                        f"{'it was given ' + instead if instead else _gap(fc1.get('input'), h2)}")
+            if not _same(fc2.get("input"), torch.nn.functional.gelu(fc1["output"].double())):
+                return (f"block {layer}'s feed-forward, in {where}", "between fc1 and fc2 comes the exact GELU "
+                        f"(`block.ffn(h)` does it); {_gap(fc2.get('input'), torch.nn.functional.gelu(fc1['output']))}")
+            f = fc2["output"].reshape(B, t, C)
+            x = x_mid + f
+            before = {"the stream before the feed-forward's output is added (x + attn_out)": x_mid,
+                      "the feed-forward's output alone: x is not added back": f,
+                      "the feed-forward's output added to ln2(x), the normalised copy, instead of to x": h2 + f}
+            leaving = f"block {layer}'s feed-forward residual, in {where}"
+        ln_f, head = first("ln_f"), first("lm_head")
+        last = x[:, -1]  # (B, C): only the last position predicts
+        if ln_f is None:
+            return (f"the final layer norm, in {where}", "the grader saw no call of `model.ln_f`: the logits are "
+                    "lm_head(ln_f(x)), as in the model's forward")
+        got = ln_f.get("input")
+        if not (_same(got, x) or _same(got, last)):
+            instead = _which({f"it was given {k}": v for k, v in before.items()} | {
+                f"it was given {k} at the last position": v[:, -1] for k, v in before.items()}, got)
+            return (leaving, f"ln_f should be given the stream the last block returns; {instead or _gap(got, last)}")
+        if head is None or not isinstance(head.get("input"), torch.Tensor) or not isinstance(head.get("output"),
+                                                                                             torch.Tensor):
+            return (f"the logits, in {where}", "the grader saw no call of `model.lm_head`: compute the logits with "
+                    "the module")
+        normed = ln_f.get("output")
+        if not _same(head["input"], normed) and not (isinstance(normed, torch.Tensor) and normed.numel() >= B * C
+                                                     and _same(head["input"], normed.reshape(B, -1, C)[:, -1])):
+            instead = "the stream itself, not ln_f(x)" if _same(head["input"], x) or _same(head["input"], last) \
+                else None
+            return (f"the logits, in {where}", f"lm_head should be given ln_f(x); "
+                    f"{'it was given ' + instead if instead else _gap(head['input'], ln_f['output'])}")
+        logits = head["output"].reshape(B, -1, head["output"].shape[-1])  # (B, t or 1, V)
+        fed += t
+        if fed == sequence.shape[1]:  # caught up: this step's last position chooses the next token
+            chosen = logits[:, -1].argmax(dim=-1)
+            sequence = torch.cat([sequence, chosen[:, None]], dim=1)
+            # What the next step feeds is checked there, against these too.
+            chosen_in = where
+            others = {"the token the first position's logits choose, not the last position's":
+                      logits[:, 0].argmax(dim=-1)} if logits.shape[1] > 1 else {}
+    return None
+
+
+def _span(first: int, last: int) -> str:
+    return f"position {first}" if first == last else f"positions {first} to {last}"
+
+
+def _located_attention(out_proj, projected: dict, raw: tuple, start: int, T0: int, B: int, nh: int,
+                       hs: int) -> str | None:
+    """None where `attn.out_proj` was given the attention of this step's queries over every cached
+    position; else what it was given, named where a slip explains it."""
+    if out_proj is None:
+        return "the grader saw no call of `attn.out_proj`: project the heads' output with the module"
+    got, C = out_proj.get("input"), nh * hs
+    t = projected["q"].shape[1]
+    end = start + t
+
+    def split(r, heads_view=False):  # (B, t, C) -> (B, nh, t, hs)
+        r = r.double()
+        return r.reshape(B, nh, -1, hs) if heads_view else r.reshape(B, -1, nh, hs).transpose(1, 2)
+
+    q, keys, values = split(projected["q"]), torch.cat([split(k) for k in raw[0]], 2), torch.cat(
+        [split(v) for v in raw[1]], 2)  # (B, nh, t, hs), (B, nh, end, hs) twice
+    scale = 1 / math.sqrt(hs)
+    if _same(got, _attention(q, keys, values, start, scale)):
+        return None
+    candidates = {
+        f"the scores divided by sqrt(d_model) = {math.sqrt(C):.3g} instead of sqrt(d_head) = {math.sqrt(hs):.3g}":
+            _attention(q, keys, values, start, 1 / math.sqrt(C)),
+        "the scores not scaled: divide them by sqrt(d_head)": _attention(q, keys, values, start, 1.0),
+        "the scores divided by d_head instead of its square root": _attention(q, keys, values, start, 1 / hs),
+    }
+    if t > 1:
+        candidates |= {
+            "no causal mask: query i of this step sits at position start + i and sees the keys of positions "
+            "0 to start + i only": _attention(q, keys, values, None, scale),
+            "the heads put side by side without moving the head axis back: transpose (B, n_heads, t, d_head) "
+            "to (B, t, n_heads, d_head) before the reshape to (B, t, C)": _attention(q, keys, values, start, scale,
+                                                                                  merge=False),
+            "the heads split with a view to (B, n_heads, t, d_head): view as (B, t, n_heads, d_head), then "
+            "transpose": _attention(split(projected["q"], True), torch.cat([split(k, True) for k in raw[0]], 2),
+                                    torch.cat([split(v, True) for v in raw[1]], 2), start, scale),
+            "the weights normalised over the queries (softmax over dim=-2) instead of over the keys":
+                _attention(q, keys, values, start, scale, softmax_dim=-2),
+            "the mask inverted: it hides the positions a query may see and shows the later ones":
+                _attention(q, keys, values, start, scale, inverted=True),
+        }
+    if start > 0:
+        new_k, new_v = keys[:, :, start:], values[:, :, start:]
+        candidates["a causal mask aligned to the first key instead of each query's own position (query i sits at "
+                   "position start + i: tril(diagonal=start))"] = _attention(q, keys, values, 0, scale)
+        for kept in range(1, start):
+            candidates[f"the keys and values of {_span(0, kept - 1)} and this step's own: those of "
+                       f"{_span(kept, start - 1)} never joined the cache"] = _attention(
+                q, torch.cat([keys[:, :, :kept], new_k], 2), torch.cat([values[:, :, :kept], new_v], 2), kept, scale)
+        candidates |= {
+            f"only this step's own keys and values: the cache of {_span(0, start - 1)} is not read":
+                _attention(q, new_k, new_v, 0, scale),
+            "the earlier positions' keys and values swapped (stored as (values, keys), read as (keys, values))":
+                _attention(q, torch.cat([values[:, :, :start], new_k], 2),
+                           torch.cat([keys[:, :, :start], new_v], 2), start, scale),
+            "the keys used as values and the values as keys": _attention(q, values, keys, start, scale),
+        }
+    if t == 1:
+        for capacity in sorted({T0 + LOCATE_NEW, LOCATE_FIELDS["context_length"]}):
+            if capacity > end:
+                pad = keys.new_zeros(B, nh, capacity - end, hs)
+                candidates[f"the whole cache as allocated ({capacity} positions), the {capacity - end} slots not "
+                           f"written yet (zeros) included: read positions 0 to {end - 1} only"] = _attention(
+                    q, torch.cat([keys, pad], 2), torch.cat([values, pad], 2), None, scale)
+        for twice in range(end):
+            candidates[f"position {twice}'s keys and values in the cache twice"] = _attention(
+                q, torch.cat([keys[:, :, :twice + 1], keys[:, :, twice:]], 2),
+                torch.cat([values[:, :, :twice + 1], values[:, :, twice:]], 2), None, scale)
+    instead = _which(candidates, got)
+    if instead:
+        return f"`attn.out_proj` was given the attention computed with {instead}"
+    return (f"`attn.out_proj` should be given softmax(q kᵀ / sqrt(d_head) + causal mask) v over the keys and values "
+            f"of positions 0 to {end - 1}, the heads side by side; "
+            f"{_gap(got, _attention(q, keys, values, start, scale))}: look at how this step's keys and values join "
+            "the cache and which of them its queries read")
 
 
 # ---------------------------------------------------------------- the wrong variants

@@ -232,6 +232,16 @@ UNIT_08_STEPS = {
 }
 PROMPT_STEP, FIRST_NEW = "in the prompt's forward step", "in the forward step that fed new token 1"
 UNIT_06_STEPS = {
+    "generate": {
+        "generate_first_position": "the token chosen at step 1", "generate_one_token_short": "the number of steps",
+        "generate_last_token_only": "the model's input, at step 1",
+        "generate_crops_front": "the model's input, at step 4",
+        "generate_new_only": "what is returned", "generate_crop_replaces_sequence": "what is returned",
+        # The model refuses a sequence longer than its context (the checks say so), and the flags, top_k and the
+        # temperature's second division do not show in a greedy generation's calls.
+        **dict.fromkeys(("generate_no_crop", "generate_leaves_eval", "model_forced_to_train",
+                         "generate_restores_top_flag_only", "top_k_not_passed", "generate_double_temperature")),
+    },
     "generate_cached": {
         "generate_first_position": "the token chosen after the prompt's forward step",
         **dict.fromkeys(("cache_positions_restart", "cache_positions_one_ahead", "cache_slot_one_ahead",
@@ -419,9 +429,19 @@ def UNCATALOGUED_SOFTMAX(x, axis=-1):  # noqa: N802 - the answer of UNCATALOGUED
     return e / (e.sum(axis=axis, keepdims=True) + 1)
 
 
-# Slips in a correct cached generator (tests/submissions/06_generation/correct_concat_cache.py, which
-# feeds the prompt one token at a time) that no catalogued mistake makes: each is told the step
-# between two of the model's layers where it goes wrong, from the layers' calls the grader saw.
+# Slips in a correct generator (tests/submissions/06_generation/correct_concat_cache.py, whose cached
+# one feeds the prompt one token at a time) that no catalogued mistake makes: each is told its step,
+# from the layers' calls the grader saw (for generate_cached, the step between two layers).
+GENERATE_SLIPS = {
+    "one step too many": (("for _ in range(max_new_tokens):", "for _ in range(max_new_tokens + 1):"),
+                          "the number of steps", "ran 6 times"),
+    "a window one token short": (("model(idx[:, -model.config.context_length:])",
+                                  "model(idx[:, 1 - model.config.context_length:])"),
+                                 "the model's input, at step 3", "one fewer than the context holds"),
+    "the temperature not passed on": (("sample_next(logits[:, -1], temperature, top_k, generator)",
+                                       "sample_next(logits[:, -1], top_k=top_k, generator=generator)"),
+                                      "the token chosen at step 1", "pass temperature"),
+}
 CACHED_SLIPS = {
     "the attention's residual added to ln1(x)": (
         ("x = x + block.attn.out_proj(", "x = h + block.attn.out_proj("),
@@ -441,9 +461,12 @@ CACHED_SLIPS = {
 CORRECT_CACHED = Path(__file__).parent / "submissions" / "06_generation" / "correct_concat_cache.py"
 
 
-@pytest.mark.parametrize("slip", sorted(CACHED_SLIPS))
-def test_a_slip_in_a_cached_generator_is_told_its_step_from_the_calls_the_grader_saw(slip):
-    (old, new), step, words = CACHED_SLIPS[slip]
+SLIPS = [("generate", slip) for slip in sorted(GENERATE_SLIPS)] + [("generate_cached", s) for s in sorted(CACHED_SLIPS)]
+
+
+@pytest.mark.parametrize(("part_name", "slip"), SLIPS)
+def test_a_slip_in_a_generator_is_told_its_step_from_the_calls_the_grader_saw(part_name, slip):
+    (old, new), step, words = (GENERATE_SLIPS if part_name == "generate" else CACHED_SLIPS)[slip]
     source = CORRECT_CACHED.read_text()
     assert old in source
     source = source.replace(old, new) + "\n\nKEPT = {}\n"
@@ -451,7 +474,7 @@ def test_a_slip_in_a_cached_generator_is_told_its_step_from_the_calls_the_grader
     student = Student([("answer", source)])
     student.start()
     try:
-        where = located(unit, unit.part("generate_cached"), None, student=student)
+        where = located(unit, unit.part(part_name), None, student=student)
     finally:
         student.close()
     assert where is not None and where.startswith(step + ".") and words in where, where

@@ -122,7 +122,8 @@ def graded() -> Unit:
 
     parts = (
         Part("sample_next", checks=SAMPLE_CHECKS, diagnose=diagnose),
-        Part("generate", checks=GENERATE_CHECKS, diagnose=diagnose, uses=("sample_next",)),
+        Part("generate", checks=GENERATE_CHECKS, diagnose=diagnose, uses=("sample_next",),
+             locate_probe=locate_generate),
         Part("generate_cached", checks=CACHED_CHECKS, diagnose=diagnose, uses=("sample_next",),
              locate_probe=locate_cached),
     )
@@ -695,6 +696,73 @@ def diagnose_left_alone(result, expected) -> str | None:
 LOCATE_FIELDS = dict(vocab_size=19, context_length=12, d_model=12, n_layers=2, n_heads=3, d_ff=20, tie_weights=False)
 LOCATE_NEW = 4  # new tokens per call
 LOCATE_TOL = dict(rtol=1e-4, atol=1e-5)
+
+
+def locate_generate(api) -> str | None:
+    """Where `generate` first departs: greedy generation past the context's length on a model whose
+    embedding and head calls the grader keeps, replayed step by step (the window the model was
+    given, the token chosen from its logits, the number of steps, what is returned)."""
+    fields, new = dict(LOCATE_FIELDS, context_length=6), 5
+    prompt = torch.from_numpy(np.random.default_rng(31).integers(0, fields["vocab_size"], (2, 4)))
+    model = api.remote_model(fields, model_state(fields, 7), {"token_emb": "io", "lm_head": "io"})
+    api.method(model, "eval", keep=True)
+    tokens = api.call("generate", model, prompt, new, temperature=0)
+    found = replay_generate(api.watched(model), prompt, tokens, fields["context_length"], new)
+    return None if found is None else f"{found[0]}. {found[1]}"
+
+
+def replay_generate(records, prompt, tokens, context: int, new: int) -> tuple[str, str] | None:
+    """(the step that first departs, what it does) from a greedy generation's calls, or None."""
+    B, T0 = prompt.shape
+    records = [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
+    steps: list[list] = []  # [the ids the model was given (B, t), its logits (B, t, V)]
+    for record in records:
+        if record.get("module") == "token_emb":
+            steps.append([record.get("input"), None])
+        elif record.get("module") == "lm_head" and steps:
+            steps[-1][1] = record.get("output")
+    sequence = prompt.long()  # the prompt, then each token as greedy decoding chooses it
+    for step, (ids, logits) in enumerate(steps):
+        if step >= new:
+            return ("the number of steps", f"the model ran {plural(len(steps), 'time')} for max_new_tokens = {new}: "
+                    "each step appends one token, so the loop runs max_new_tokens times")
+        if not isinstance(ids, torch.Tensor) or not isinstance(logits, torch.Tensor) or ids.numel() % B:
+            return None
+        ids, window = ids.long().reshape(B, -1), sequence[:, -context:]
+        so_far = f"with {plural(sequence.shape[1], 'token')} so far"
+        if not torch.equal(ids, window):
+            instead = next((words for words, seen in (
+                (f"the first {context} (context_length) tokens, not the last ones", sequence[:, :context]),
+                (f"the last {window.shape[1] - 1} tokens, one fewer than the context holds", sequence[:, 1 - context:]),
+                ("the last token only: without a cache the model must see the whole sequence so far",
+                 sequence[:, -1:]),
+            ) if seen.shape == ids.shape and torch.equal(seen, ids)), None)
+            if instead is None and ids.shape == window.shape and torch.equal(ids[:, :-1], window[:, :-1]) and step:
+                before = steps[step - 1][1]
+                before = before.reshape(B, -1, before.shape[-1])
+                first = torch.equal(ids[:, -1], before[:, 0].argmax(dim=-1)) and before.shape[1] > 1
+                return (f"the token chosen at step {step}", "at temperature 0 the new token is the argmax of the last "
+                        "position's logits; " + ("this is the first position's argmax: the last position predicts the "
+                                                 "next token (logits[:, -1, :])" if first else
+                                                 "it is another: pass temperature (and top_k, generator) on to "
+                                                 "sample_next as they were given"))
+            return (f"the model's input, at step {step + 1}", f"{so_far}, the model was given "
+                    f"{instead or ids.tolist()}: expected the last min(T, context_length) = {window.shape[1]} tokens "
+                    "of the sequence")
+        sequence = torch.cat([sequence, logits.reshape(B, ids.shape[1], -1)[:, -1].argmax(dim=-1)[:, None]], dim=1)
+    if len(steps) < new:
+        return ("the number of steps", f"the model ran {plural(len(steps), 'time')} for max_new_tokens = {new}: each "
+                "step appends one token, so the loop runs max_new_tokens times")
+    if isinstance(tokens, torch.Tensor) and not (tokens.shape == sequence.shape and torch.equal(tokens.long(),
+                                                                                              sequence)):
+        end = tokens.ndim == 2 and tokens.shape[1] < sequence.shape[1] and torch.equal(
+            tokens.long(), sequence[:, sequence.shape[1] - tokens.shape[1]:])
+        why = ("" if not end else ": the new tokens only; return the prompt followed by them" if tokens.shape[1] == new
+               else ": the end of the sequence only; keep the whole sequence (crop only what the model is given) and "
+               "return it, prompt included")
+        return ("what is returned", f"it returned ids of shape {tuple(tokens.shape)}, where the prompt followed by "
+                f"the {plural(new, 'token')} chosen has shape {tuple(sequence.shape)}{why}")
+    return None
 
 
 def trace_spec(n_layers: int) -> dict:

@@ -302,3 +302,39 @@ def test_an_additive_mask_is_named_as_such_not_read_as_booleans(ref, unit, n):
     first = next(r for r in results if r.name == f"causal_mask/n_{n}")
     assert "additive" in first.message and "diagonal" not in first.message
     assert first.misconception == "mask_additive_float"
+
+
+# Detectors wrong in one way each, which every oracle case before the last four passed (issue 29's
+# fresh answers): each new case is the one that catches one of them.
+DETECTOR_SLIPS = {
+    "small_leak_on_large_outputs": "np.allclose(after[: i + 1], before[: i + 1])",  # rtol=1e-5 by default
+    "middle_leak": "LAST_ONLY",
+    "one_column_leak": "np.allclose(after[: i + 1, 0], before[: i + 1, 0], rtol=0.0, atol=1e-9)",
+}
+DETECTOR = """
+import numpy as np
+
+def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(trials):
+        x = rng.normal(size=(n, d))
+        before = np.asarray(attn_fn(x.copy()), dtype=float)
+        for i in SPLITS:
+            changed = x.copy()
+            changed[i + 1:] = rng.normal(size=(n - 1 - i, d))
+            after = np.asarray(attn_fn(changed), dtype=float)
+            if not COMPARE:
+                return False
+    return True
+"""
+
+
+@pytest.mark.parametrize("case", sorted(DETECTOR_SLIPS))
+def test_each_new_oracle_case_catches_a_detector_the_others_pass(ref, unit, case):
+    slip = DETECTOR_SLIPS[case]
+    source = DETECTOR.replace("SPLITS", "[n - 2]" if slip == "LAST_ONLY" else "range(n - 1)").replace(
+        "COMPARE", "np.allclose(after[: i + 1], before[: i + 1], rtol=0.0, atol=1e-9)" if slip == "LAST_ONLY" else slip)
+    namespace = dict(vars(ref))
+    exec(compile(source, "detector", "exec"), namespace)  # the course's own test code, trusted
+    failed = {r.name.split("/")[1] for r in grade_part(unit, "looks_causal", namespace) if not r.passed}
+    assert failed == {case}, failed

@@ -89,7 +89,8 @@ def graded() -> Unit:
             # A causal verdict counts only if the detector also catches the plain leak, and a leak
             # verdict only if it also passes plain causal attention: a constant answer earns 0.
             checks=tuple(
-                Check(case.name, case.what, 0.5, oracle_inputs(case),
+                # 6 points shared by the cases (16 of them: 0.375 each, exact in binary floats)
+                Check(case.name, case.what, 6 / len(ORACLE_CASES), oracle_inputs(case),
                       requires=("full_attention",) if case.causal else ("causal_attention",))
                 for case in ORACLE_CASES
             ),
@@ -329,6 +330,41 @@ def previous_token(x):
     return out
 
 
+def middle_leak(x):
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=12)
+    out = out.copy()
+    if out.shape[-2] > MIDDLE[1]:
+        out[..., MIDDLE[0], :] += 0.5 * v[..., MIDDLE[1], :]
+    return out
+
+
+MIDDLE = (2, 5)  # the output at position 2 reads position 5, and nothing else leaks
+
+
+def one_column_leak(x):
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=13)
+    out = out.copy()
+    out[..., :-1, -1] += 0.5 * v[..., 1:, -1]
+    return out
+
+
+LARGE, SMALL_LEAK = 1e4, 1e-5  # outputs of about 1e4, a leak of 1e-5: 1e-9 of them
+
+
+def small_leak_on_large_outputs(x):
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=14)
+    out = LARGE * out
+    out[..., :-1, :] += SMALL_LEAK * v[..., 1:, :]
+    return out
+
+
+def two_ahead_leak(x):
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=15)
+    out = out.copy()
+    out[..., :-2, :] += 0.5 * v[..., 2:, :]
+    return out
+
+
 def first_token(x):
     x = np.asarray(x, dtype=float)
     (W_v,) = _matrices(x.shape[-1], seed=10, count=1)
@@ -378,6 +414,15 @@ _describe(leak_for_negative_inputs, leak=lambda n: "the output at position i rea
           "and negative)")
 _describe(last_into_second_last, leak=lambda n: f"this function lets position {n - 1} change the output at position "
           f"{n - 2}, and nothing else: check every position i, not only position 0")
+_describe(middle_leak, leak=lambda n: f"this function lets position {MIDDLE[1]} change the output at position "
+          f"{MIDDLE[0]}, and nothing else: try every split point i, redrawing every position after it")
+_describe(one_column_leak, leak=lambda n: "this function leaks into the last output column only: compare every "
+          "column of the outputs up to i, not one")
+_describe(small_leak_on_large_outputs, leak=lambda n: f"its outputs are about {LARGE:g} and a later input moves an "
+          f"earlier output by {SMALL_LEAK:g}: np.allclose's default rtol=1e-5 lets a change of 0.1 pass on such "
+          "values; compare with rtol=0 and a tiny atol (1e-9)")
+_describe(two_ahead_leak, leak=lambda n: "the output at position i reads position i + 2, never i + 1: change every "
+          "position after i, not only the next one")
 _describe(mask_built_for_ten, leak=lambda n: f"with n={n}, the outputs at positions 0 to 9 read positions 10 and "
           "later: use the `n` (and `d`, `trials`, `seed`) you are given")
 
@@ -408,6 +453,11 @@ ORACLE_CASES = (
     OracleCase("first_token", "a first-token head (every position reads position 0)", first_token, {}, True),
     OracleCase("long_sequence_leak", "a mask that is right only for the first 10 positions, with n=12",
                mask_built_for_ten, {"n": 12}, False),
+    OracleCase("middle_leak", "a leak only between two middle positions (2 reads 5)", middle_leak, {}, False),
+    OracleCase("one_column_leak", "a leak into one output column only", one_column_leak, {}, False),
+    OracleCase("small_leak_on_large_outputs", "a leak of 1e-5 on outputs of about 1e4", small_leak_on_large_outputs,
+               {}, False),
+    OracleCase("two_ahead_leak", "a leak from two positions ahead only", two_ahead_leak, {}, False),
 )
 
 

@@ -51,7 +51,8 @@ def nested_namespaces_allowed() -> bool:
 
 
 def judge(report: dict) -> None:
-    assert report["kinds"] == ["ForkedSandbox", "ForkedSandbox"] and report["zygotes"] == 1, report
+    assert report["kinds"] == ["ForkedSandbox", "ForkedSandbox"] and report["zygotes"] == 1, \
+        f"no fork: {report['unfit'] or report['fork_failure']}"
     assert not report["errors"], report["errors"]
     for seen in (report["first"], report["other"], report["again"]):
         assert seen["uid"] == "65534" and seen["no_new_privs"] == "1", seen

@@ -87,6 +87,7 @@ def main() -> int:
         report = {
             "kinds": [type(s.process).__name__ for s in (a, b)],
             "unfit": zygote._unfit,
+            "fork_failure": zygote.last_failure,
             "zygotes": len(zygote._zygotes),
             "first": first.value, "other": other.value, "again": again.value,
             "errors": [o.error for o in (first, other, again, hogged, beside) if o.error],

@@ -184,6 +184,7 @@ class ForkedSandbox(SandboxedProcess):
 
 _zygotes: dict[tuple, Zygote] = {}
 _unfit: str | None = None  # why zygotes cannot work here, once one has said so
+last_failure: str | None = None  # why the last fork gave no worker (that worker started afresh)
 
 
 def _zygote(limits: Limits, hidden: tuple[str, ...], imports: tuple[str, ...]) -> Zygote | None:
@@ -231,7 +232,9 @@ def forked_worker(limits: Limits, hidden: tuple[str, ...], imports: tuple[str, .
         return None
     try:
         return zygote.fork()
-    except ZygoteFailed:
+    except ZygoteFailed as err:
+        global last_failure
+        last_failure = str(err)  # kept for a test's report: the worker starts afresh, graded alike
         _discard((limits, tuple(hidden), tuple(imports)))  # the next request starts another
         return None
 

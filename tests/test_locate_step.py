@@ -230,7 +230,7 @@ UNIT_08_STEPS = {
         "lr_cosine_past_the_end": "after the end",
     },
 }
-PROMPT_STEP, FIRST_NEW = "in the prompt's forward step", "in the forward step that fed new token 1"
+PROMPT_STEP, FIRST_NEW = ". In the prompt's forward step", ". In the forward step that fed new token 1"
 UNIT_06_STEPS = {
     "generate": {
         "generate_first_position": "the token chosen at step 1", "generate_one_token_short": "the number of steps",
@@ -245,17 +245,17 @@ UNIT_06_STEPS = {
     "generate_cached": {
         "generate_first_position": "the token chosen after the prompt's forward step",
         **dict.fromkeys(("cache_positions_restart", "cache_positions_one_ahead", "cache_slot_one_ahead",
-                         "cache_appends_whole_sequence", "cache_recomputes_prefix"), f"the positions, {FIRST_NEW}"),
-        "cache_never_appended": "block 0's attention, in the forward step that fed new token 2",
+                         "cache_appends_whole_sequence", "cache_recomputes_prefix"), f"the positions{FIRST_NEW}"),
+        "cache_never_appended": "block 0's attention. In the forward step that fed new token 2",
         **dict.fromkeys(("cache_not_read", "cache_written_at_step", "cache_causal_one_query"),
-                        f"block 0's attention, {FIRST_NEW}"),
-        "cache_shared_across_layers": f"block 1's attention, {PROMPT_STEP}",
-        "cache_heads_split_wrong": f"block 0's attention, {PROMPT_STEP}",
-        "cache_mask_inverted": f"block 0's attention, {PROMPT_STEP}",
-        "cache_softmax_wrong_axis": f"block 0's attention, {PROMPT_STEP}",
-        "cache_prefill_unmasked": f"block 0's attention, {PROMPT_STEP}",
-        "cache_scale_d_model": f"block 0's attention, {PROMPT_STEP}",
-        "cache_skips_ln_f": f"the final layer norm, {PROMPT_STEP}",
+                        f"block 0's attention{FIRST_NEW}"),
+        "cache_shared_across_layers": f"block 1's attention{PROMPT_STEP}",
+        "cache_heads_split_wrong": f"block 0's attention{PROMPT_STEP}",
+        "cache_mask_inverted": f"block 0's attention{PROMPT_STEP}",
+        "cache_softmax_wrong_axis": f"block 0's attention{PROMPT_STEP}",
+        "cache_prefill_unmasked": f"block 0's attention{PROMPT_STEP}",
+        "cache_scale_d_model": f"block 0's attention{PROMPT_STEP}",
+        "cache_skips_ln_f": f"the final layer norm{PROMPT_STEP}",
         # Not in the layers' calls: the model's flags, the limit's check, the sampler's arguments (the
         # locator generates greedily, without top_k), what is returned.
         **dict.fromkeys(("generate_new_only", "generate_leaves_eval", "model_forced_to_train", "top_k_not_passed",
@@ -445,18 +445,18 @@ GENERATE_SLIPS = {
 CACHED_SLIPS = {
     "the attention's residual added to ln1(x)": (
         ("x = x + block.attn.out_proj(", "x = h + block.attn.out_proj("),
-        "block 0's attention residual, in the first forward step", "added to ln1(x)"),
+        "block 0's attention residual. In the first forward step", "added to ln1(x)"),
     "the feed-forward computed from the stream before the attention's update": (
         ("x = x + block.attn.out_proj((weights @ v).permute(0, 2, 1, 3).reshape(B, 1, C))\n"
          "        x = x + block.ffn(block.ln2(x))",
          "x = x + block.attn.out_proj((weights @ v).permute(0, 2, 1, 3).reshape(B, 1, C)) + block.ffn(block.ln2(x))"),
-        "block 0's attention residual, in the first forward step", "before the attention's output is added"),
+        "block 0's attention residual. In the first forward step", "before the attention's output is added"),
     "values stored where the keys go": (
         ("cache[i] = (k, v)", "cache[i] = (v, k)"),
-        "block 0's attention, in the forward step at prompt position 1", "keys and values swapped"),
+        "block 0's attention. In the forward step at prompt position 1", "keys and values swapped"),
     "a cache kept between calls": (
         ("cache = [None] * len(model.blocks)", "cache = KEPT.setdefault('cache', [None] * len(model.blocks))"),
-        "block 0's attention, in the first forward step, on a second call", "kept from one call to the next"),
+        "block 0's attention, on a second call", "kept from one call to the next"),
 }
 CORRECT_CACHED = Path(__file__).parent / "submissions" / "06_generation" / "correct_concat_cache.py"
 
@@ -477,4 +477,22 @@ def test_a_slip_in_a_generator_is_told_its_step_from_the_calls_the_grader_saw(pa
         where = located(unit, unit.part(part_name), None, student=student)
     finally:
         student.close()
-    assert where is not None and where.startswith(step + ".") and words in where, where
+    assert where is not None and where.startswith(step) and words in where, where
+
+
+def test_a_catalogued_cache_mistake_is_named_whichever_way_the_prompt_is_fed():
+    """The reference fills the cache with the whole prompt at once, the answer a token at a time: the
+    same slip then shows in another forward step, but at the same step of the model, so the name
+    stays (it was dropped when the step named the forward step too)."""
+    source = CORRECT_CACHED.read_text()
+    old = "/ math.sqrt(C // H)"
+    assert old in source
+    unit = UNITS["06_generation"]
+    student = Student([("answer", source.replace(old, "/ math.sqrt(C)"))])
+    student.start()
+    try:
+        results = grade_part(unit, "generate_cached", student)
+    finally:
+        student.close()
+    assert {r.misconception for r in results if not r.passed} == {"cache_scale_d_model"}, \
+        [r.message for r in results if not r.passed]

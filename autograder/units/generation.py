@@ -793,7 +793,10 @@ def locate_cached(api) -> str | None:
         api.call("generate_cached", model, prompt, LOCATE_NEW, temperature=0)
         found = replay_cached(api.watched(model), prompt, fields)
         if found is not None:
-            step, detail = found
+            # "block 0's attention, in the prompt's forward step" -> the step, then where it shows: the
+            # same slip shows in another forward step when the prompt is fed a token at a time.
+            step, _, where = found[0].partition(", in ")
+            detail = f"In {where}: {found[1]}" if where else found[1]
             if call == 0:
                 return f"{step}. {detail}"
             return (f"{step}, on a second call. {detail} The first call, on another prompt, went right: is a cache "
@@ -967,6 +970,9 @@ def replay_cached(records, prompt, fields: dict) -> tuple[str, str] | None:
             return (f"the final layer norm, in {where}", "the grader saw no call of `model.ln_f`: the logits are "
                     "lm_head(ln_f(x)), as in the model's forward")
         got = ln_f.get("input")
+        if t > 1 and _same(got, x[:, 0]):
+            return (f"the logits, in {where}", "ln_f was given the first position's stream, x[:, 0]: the prediction "
+                    "for the next token is the last position's, x[:, -1]")
         if not (_same(got, x) or _same(got, last)):
             instead = _which({f"it was given {k}": v for k, v in before.items()} | {
                 f"it was given {k} at the last position": v[:, -1] for k, v in before.items()}, got)

@@ -496,3 +496,28 @@ def test_a_catalogued_cache_mistake_is_named_whichever_way_the_prompt_is_fed():
         student.close()
     assert {r.misconception for r in results if not r.passed} == {"cache_scale_d_model"}, \
         [r.message for r in results if not r.passed]
+
+
+SOFTMAX_OVER_QUERIES_02 = """
+import numpy as np
+
+def causal_mask(T):
+    return np.tril(np.ones((T, T), dtype=bool))
+
+def causal_self_attention(x, W_q, W_k, W_v):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    s = np.where(causal_mask(x.shape[-2]), s, -np.inf)
+    e = np.exp(s - s.max(axis=-2, keepdims=True))
+    return (e / e.sum(axis=-2, keepdims=True)) @ v
+"""
+
+
+def test_a_softmax_over_the_queries_is_not_told_as_the_mask():
+    """Unit 02 catalogues no softmax-axis slip; its weights' rows do not sum to 1, as a mask applied
+    after the softmax would make them, but their columns do (found by the fresh set)."""
+    unit = UNITS["02_masking"]
+    namespace = dict(vars(load_reference(unit.name)))
+    exec(compile(SOFTMAX_OVER_QUERIES_02, "answer", "exec"), namespace)  # the course's own test code
+    where = located(unit, unit.part("causal_self_attention"), namespace)
+    assert where is not None and where.startswith("the softmax's axis:"), where

@@ -59,6 +59,10 @@ def located_mask(weights, mask, setting: str) -> str | None:
     if close(weights, uniform):
         return (f"the mask. {setting}: every key gets weight {1 / want.shape[-1]:.3g}, as if there were no mask: fill "
                 "the scores where the mask is False with -inf before the softmax")
+    if not np.allclose(weights.sum(axis=-1), 1, atol=1e-6) and np.allclose(weights.sum(axis=-2), 1, atol=1e-6):
+        return (f"the softmax's axis. {setting}: your weights' columns sum to 1, their rows to "
+                f"{shown(weights.sum(axis=-1))}: the softmax normalised over the queries; each query's weights over "
+                "the keys (the last axis) should sum to 1")
     if not np.allclose(weights.sum(axis=-1), 1, atol=1e-6):
         return (f"the mask. {setting}: the hidden keys get weight 0 but the rows sum to {shown(weights.sum(axis=-1))}: "
                 "hide them in the scores (-inf) before the softmax, not in the weights after it")

@@ -555,6 +555,11 @@ def locate_causal_self_attention(call) -> str | None:
         empty = [t for t in range(n) if not allowed[t].any()]
         return (f"the mask: with every score equal, position t attends to 0..t; yours attends {_mask_story(allowed)}"
                 + (f" (position {empty[0]} attends to nothing: its row is NaN or 0)" if empty else ""))
+    weights = np.nan_to_num(got)
+    if not np.allclose(weights.sum(axis=-1), 1, atol=1e-9) and np.allclose(weights.sum(axis=-2), 1, atol=1e-9):
+        return (f"the softmax's axis: with every score equal, row t should be 1 / (t + 1) on 0..t; your columns sum "
+                f"to 1 and your rows to {np.round(weights.sum(axis=-1), 3).tolist()}: the softmax normalised over the "
+                "queries (axis -2 or 0); each query's weights over the keys, the last axis, should sum to 1")
     if not np.allclose(np.nan_to_num(got).sum(axis=-1), 1, atol=1e-9):
         return ("the mask: with every score equal the rows should sum to 1 (1 / (t + 1) on 0..t); yours sum to "
                 f"{np.round(np.nan_to_num(got).sum(axis=-1), 3).tolist()}: hide the future in the scores (-inf) "

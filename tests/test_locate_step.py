@@ -521,3 +521,32 @@ def test_a_softmax_over_the_queries_is_not_told_as_the_mask():
     exec(compile(SOFTMAX_OVER_QUERIES_02, "answer", "exec"), namespace)  # the course's own test code
     where = located(unit, unit.part("causal_self_attention"), namespace)
     assert where is not None and where.startswith("the softmax's axis:"), where
+
+
+@pytest.mark.parametrize("part_name", ["naive_attention", "flash_attention"])
+def test_an_attention_that_is_always_causal_is_told_the_causal_flag(part_name):
+    """No catalogued mistake ignores causal=False; its uniform weights come back masked (the fresh set)."""
+    unit = UNITS["07_flash_training"]
+    reference = load_reference(unit.name)
+    namespace = dict(vars(reference))
+    namespace[part_name] = lambda q, k, v, causal=False, **kw: getattr(reference, part_name)(q, k, v, causal=True,
+                                                                                                 **kw)
+    where = located(unit, unit.part(part_name), namespace)
+    assert where is not None and where.startswith("the causal flag."), where
+
+
+def test_weights_returned_from_before_the_mask_are_told_as_such():
+    """The output mixed with the masked weights, the weights returned from before the mask (the fresh set)."""
+    unit = UNITS["01_attention"]
+    namespace = dict(vars(load_reference(unit.name)))
+    exec(compile("""
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    unmasked = softmax(scores)
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax(scores)
+    return weights @ V, unmasked
+""", "answer", "exec"), namespace)  # the course's own test code
+    where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
+    assert where is not None and where.startswith("the weights returned."), where

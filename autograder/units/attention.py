@@ -309,9 +309,13 @@ def locate_attention(call) -> str | None:
         return (f"the mix. The weights are right, but `out` is not weights @ V: for V = {shown(V)} it should be "
                 f"{shown(weights @ V)}; yours is {shown(out) if out is not None else describe(out)}")
     mask = np.tril(np.ones((3, 3), dtype=bool))
-    _, weights = _pair(call(np.zeros((3, 2)), np.zeros((3, 2)), np.eye(3), mask=mask))
+    out, weights = _pair(call(np.zeros((3, 2)), np.zeros((3, 2)), np.eye(3), mask=mask))
     where = located_mask(weights, mask, "With every score equal and a causal mask, query i should spread its "
                           "weight evenly over keys 0..i")
+    if where and close(out, mask / mask.sum(axis=-1, keepdims=True)):  # V = I: out is the weights the mix used
+        return ("the weights returned. With every score equal, a causal mask and V the identity, your output is "
+                f"right (out = weights @ V is the masked weights), but the weights you return are {shown(weights)}: "
+                "return the weights the output was mixed with, after the mask and the softmax")
     if where:
         return where
     Qb, Kb = np.stack([Q, 2 * Q]), np.stack([K, K[::-1]])  # a batch of 2

@@ -359,6 +359,11 @@ def _locate_attention(call, flash: bool) -> str | None:
             return (f"the final division. With every score equal each query's weights are 1/{T}; yours sum to "
                     f"{shown(sums[:3])}... per row: divide the accumulated output by the running sum l once every "
                     "tile of keys is in")
+        causal = np.tril(np.ones((T, T), dtype=bool))
+        if close(weights, causal / causal.sum(axis=-1, keepdims=True)):
+            return (f"the causal flag. With every score equal and causal=False, each query should spread its weight "
+                    f"evenly, 1/{T} over every key; yours hides the keys after the query, as if causal were True: mask "
+                    "only when causal is True")
         return (f"the output. With every score equal (q = k = 0, no mask) each query should spread its weight evenly, "
                 f"1/{T} over every key; yours gives rows like {shown(weights[0])}")
     rows = [0.5 * i for i in range(T)]  # raw scores: query i gives key 0 the score i / 2, every other key 0

@@ -550,3 +550,35 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 """, "answer", "exec"), namespace)  # the course's own test code
     where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
     assert where is not None and where.startswith("the weights returned."), where
+
+
+MHA_SOFTMAX_OVER_HEADS = """
+def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
+    q, k, v = (split_heads(x @ W, n_heads) for W in (W_q, W_k, W_v))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        n = x.shape[-2]
+        scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-3, keepdims=True))
+    return merge_heads((e / e.sum(axis=-3, keepdims=True)) @ v) @ W_o
+"""
+
+
+@pytest.mark.parametrize(("slip", "step"), [("keys from W_q", "the keys."), ("x added", "the output."),
+                                            ("softmax over the heads", "the softmax's axis.")])
+def test_slips_in_multi_head_attention_are_told_their_step(slip, step):
+    """Three slips of the fresh set, once told as the scale or the mix of values."""
+    unit = UNITS["03_multihead"]
+    reference = load_reference(unit.name)
+    namespace = dict(vars(reference))
+    mha = reference.multi_head_attention
+    if slip == "keys from W_q":
+        namespace["multi_head_attention"] = lambda x, W_q, W_k, W_v, W_o, n, causal=True: mha(x, W_q, W_q, W_v, W_o,
+                                                                                               n, causal)
+    elif slip == "x added":
+        namespace["multi_head_attention"] = lambda x, W_q, W_k, W_v, W_o, n, causal=True: mha(x, W_q, W_k, W_v, W_o,
+                                                                                               n, causal) + x
+    else:
+        exec(compile(MHA_SOFTMAX_OVER_HEADS, "answer", "exec"), namespace)  # the course's own test code
+    where = located(unit, unit.part("multi_head_attention"), namespace)
+    assert where is not None and where.startswith(step), where

@@ -389,6 +389,12 @@ def locate_multi_head_attention(call) -> str | None:
         if np.allclose(got, causal @ perm, atol=1e-9):
             return ("the causal flag. With causal=False every position attends to every other; yours still hides the "
                     "later positions (is `causal` read, and the mask applied only when it is True?)")
+        if np.allclose(got, want + x, atol=1e-9):
+            return ("the output. With W_q = W_k = 0, causal=False and W_v = I, the output is mean(x) @ W_o; yours adds "
+                    "x to it: the residual connection belongs to the block around the attention, not in it")
+        if np.allclose(got, np.full((n, d_model), 1 / heads) @ perm, atol=1e-9):
+            return (f"the softmax's axis. With every score equal each query's weight on each key is 1/{n}; yours are "
+                    f"1/{heads} = 1/n_heads, as if normalised over the heads: normalise over the keys, the last axis")
         return (f"the mix of values. With W_q = W_k = 0 (every score equal), causal=False and W_v = I, each output row "
                 f"is the mean of x's rows times W_o, {rows[0, 0]:.3g} everywhere before W_o; yours differs "
                 f"(row 0: {np.round(got[0], 3).tolist()})")
@@ -433,6 +439,15 @@ def locate_multi_head_attention(call) -> str | None:
     W_q, W_k = zero.copy(), zero.copy()
     W_q[:, 0] = 2.0
     W_k[0, 0] = 1.0
+    # ... but first, each projection on its own: with either weight zero every score is 0 and the
+    # weights uniform, whatever the other is (unless the other is used in its place)
+    uniform = np.full((n, d_model), 1 / n)
+    for name, other, args in (("keys", "W_k", (x, 3 * eye, zero)), ("queries", "W_q", (x, zero, 3 * eye))):
+        got = as_array(call(*args, eye, eye, heads, causal=False))
+        if got is not None and got.shape == uniform.shape and not np.allclose(got, uniform, atol=1e-9):
+            return (f"the {name}. With {other} zero every {name[:-1]} is 0, so every score is equal and each output "
+                    f"row the mean of x; yours is not (row 0: {np.round(got[0], 3).tolist()}): are the {name} "
+                    f"x @ {other}?")
     got = as_array(call(x, W_q, W_k, eye, eye, heads, causal=False))
     if got is not None and got.shape == (n, d_model) and got[0, 1] > 0 and got[0, 0] > 0:
         head = got[0, :d_head]  # head 0's weights on keys 0..3: [a, b, b, b] when its columns are 0..3

@@ -582,3 +582,22 @@ def test_slips_in_multi_head_attention_are_told_their_step(slip, step):
         exec(compile(MHA_SOFTMAX_OVER_HEADS, "answer", "exec"), namespace)  # the course's own test code
     where = located(unit, unit.part("multi_head_attention"), namespace)
     assert where is not None and where.startswith(step), where
+
+
+def test_values_made_with_k_proj_are_told_as_the_values():
+    """Once told as the softmax (the fresh set): with q_proj = k_proj = 0 such values are 0."""
+    unit = UNITS["04_block"]
+    reference = load_reference(unit.name)
+
+    class KeysAsValues(reference.MultiHeadAttention):
+        def forward(self, x):
+            v_proj = self.v_proj
+            self.v_proj = self.k_proj
+            try:
+                return super().forward(x)
+            finally:
+                self.v_proj = v_proj
+
+    namespace = dict(vars(reference), MultiHeadAttention=KeysAsValues)
+    where = located(unit, unit.part("MultiHeadAttention"), namespace)
+    assert where is not None and where.startswith("the values."), where

@@ -1400,6 +1400,9 @@ def locate_attention_module(api) -> str | None:
         if np.allclose(got, want + same.numpy(), atol=1e-9):
             return (f"the residual. {setting}; yours adds x to it: the module returns the attention's output alone "
                     "(the block adds the residual)")
+        if np.allclose(got, 0, atol=1e-12):
+            return (f"the values. {setting}; yours is 0 everywhere, and here only v_proj and out_proj are not zero: "
+                    "are the values v_proj(x)?")
         ratio = got / want
         over_queries = np.cumsum(1 / (T - np.arange(T)))  # each row's sum when the softmax runs down the columns
         if np.all(np.isfinite(got)) and np.allclose(ratio, ratio[..., :1], atol=1e-9):

@@ -601,3 +601,23 @@ def test_values_made_with_k_proj_are_told_as_the_values():
     namespace = dict(vars(reference), MultiHeadAttention=KeysAsValues)
     where = located(unit, unit.part("MultiHeadAttention"), namespace)
     assert where is not None and where.startswith("the values."), where
+
+
+def test_an_exception_inside_a_part_quotes_the_students_line_that_raised():
+    """Shape errors raised inside a part told only the exception (the fresh set): the line that raised
+    names the step, in the student's own words."""
+    source = """
+import numpy as np
+
+def split_heads(x, n_heads):
+    d_head = x.shape[-2] // n_heads
+    return np.swapaxes(x.reshape(x.shape[:-1] + (n_heads, d_head)), -2, -3)
+"""
+    student = Student([("answer", source)])
+    student.start()
+    try:
+        results = grade_part(UNITS["03_multihead"], "split_heads", student)
+    finally:
+        student.close()
+    raised = [r.message for r in results if ": raised ValueError" in r.message]
+    assert raised and all("(in your code: answer, line 6: `return np.swapaxes(x.reshape(" in m for m in raised), raised

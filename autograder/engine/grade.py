@@ -150,7 +150,7 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             problem = (f"`{part.name}` still raises NotImplementedError: replace that line "
                        "with your code")
         elif outcome.error is not None:
-            problem = f"raised {outcome.error}"
+            problem = f"raised {outcome.error}{raised_at(outcome)}"
         else:
             with quiet():
                 problem = part.diagnose(outcome.value, expected.value, inputs, check.tol)
@@ -268,6 +268,16 @@ def locate_step(part: Part, student, stubs: dict, seconds: float) -> str | None:
         return None
     except Exception:  # noqa: BLE001 - a locator only words the feedback: its own failure costs no grade
         return None
+
+
+def raised_at(outcome: Outcome) -> str:
+    """Where the student's own code raised, as the worker saw it ("softmax, line 4: `e = ...`"),
+    to follow an exception's text: the line names the step. The worker's words, so they word this
+    student's feedback only, capped, and never decide a result."""
+    where = getattr(outcome, "where", None)
+    if not isinstance(where, str) or not where:
+        return ""
+    return f" (in your code: {where[:200]})"
 
 
 def student_exhausted(student) -> str | None:

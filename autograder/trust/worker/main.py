@@ -36,6 +36,7 @@ answer's type and shape itself, and kills and replaces the worker when it misbeh
 
 from __future__ import annotations
 
+import linecache
 import os
 import signal
 import sys
@@ -86,7 +87,9 @@ def where_in_student_code(err: BaseException) -> str | None:
     if not frames:
         return None
     frame = frames[-1]
-    return f"{frame.filename[6:-1]}, line {frame.lineno}"
+    line = (frame.line or "").strip()  # the cells' sources are in linecache (op_exec)
+    line = line if len(line) <= 120 else line[:117] + "..."
+    return f"{frame.filename[6:-1]}, line {frame.lineno}" + (f": `{line}`" if line else "")
 
 
 class Worker:
@@ -215,6 +218,8 @@ class Worker:
         label, source = str(header["label"]), str(header["source"])
         try:
             code = compile(source, f"<cell {label}>", "exec", dont_inherit=True)  # not this file's __future__
+            # Its lines, for a traceback to quote the line that raised (where_in_student_code)
+            linecache.cache[f"<cell {label}>"] = (len(source), None, source.splitlines(True), f"<cell {label}>")
         except SyntaxError as err:
             self.send({"ok": False, "error": f"SyntaxError: {err.msg} (line {err.lineno})"})
             return

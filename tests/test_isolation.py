@@ -221,3 +221,22 @@ def test_a_sandbox_killed_as_it_starts_is_the_graders_failure_and_graded_next_ti
     second = autograde(unprivileged, course, home)
     assert second.returncode == 0, second.stdout[-3000:]
     assert scores(course) == {"ada": FULL}
+
+
+def test_stale_empty_pids_cgroups_are_swept_and_live_ones_kept():
+    """A grader killed before it closed its sandboxes leaves their pids cgroups behind (a thousand a
+    day on a machine that runs the suite): the next one removes the empty ones an hour old."""
+    from autograder.trust.sandbox import _PidsCgroup
+
+    if os.geteuid() != 0 or not (_PidsCgroup.BASE / "cgroup.procs").exists():
+        pytest.skip("pids cgroups are made by a root grader on cgroup v1 only")
+    stale, recent = _PidsCgroup(8), _PidsCgroup(8)
+    assert stale.path is not None and recent.path is not None
+    old = time.time() - 2 * _PidsCgroup.STALE_SECONDS
+    os.utime(stale.path, (old, old))
+    try:
+        assert _PidsCgroup.sweep() >= 1
+        assert not stale.path.exists() and recent.path.exists()
+    finally:
+        recent.kill_all()
+        stale.kill_all()

@@ -329,6 +329,8 @@ class _PidsCgroup:
     sure way to kill every one of them. Only where we may create one (root on Linux)."""
 
     BASE = Path("/sys/fs/cgroup/pids")
+    STALE_SECONDS = 3600.0  # an empty group this old was left by a grader that was killed
+    swept = False  # once per process
 
     def __init__(self, limit: int, make: bool = True):
         self.path = None
@@ -337,12 +339,31 @@ class _PidsCgroup:
         try:
             if not (self.BASE / "cgroup.procs").exists():
                 return
+            if not _PidsCgroup.swept:
+                _PidsCgroup.swept = True
+                self.sweep()
             path = self.BASE / f"transformer-course-{uuid.uuid4().hex[:12]}"
             path.mkdir()
             (path / "pids.max").write_text(str(limit))
             self.path = path
         except OSError:
             self.path = None
+
+    @classmethod
+    def sweep(cls) -> int:
+        """Remove the course's empty groups older than STALE_SECONDS: a grader killed before it
+        closed its sandboxes (a killed pool worker, a restart) leaves them behind, a thousand a day
+        on a machine that runs the test suite. rmdir removes an empty group only; a group in use
+        is never touched. How many were removed."""
+        removed, now = 0, time.time()
+        for path in cls.BASE.glob("transformer-course-*"):
+            try:
+                if now - path.stat().st_mtime > cls.STALE_SECONDS and not (path / "cgroup.procs").read_text().strip():
+                    path.rmdir()
+                    removed += 1
+            except OSError:
+                pass  # another grader's, in use or removed meanwhile
+        return removed
 
     def join(self) -> None:
         """Called in the child between fork and exec."""

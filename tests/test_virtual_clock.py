@@ -219,8 +219,11 @@ def test_a_correct_timer_gets_full_marks_on_every_clock_the_grader_controls(cloc
     assert points == FULL, failed
 
 
-def test_a_timer_on_a_clock_the_grader_cannot_reach_is_told_which_clocks_to_use():
-    source = timer_source(("from datetime import datetime", "datetime.now()", ".total_seconds()"))
+@pytest.mark.parametrize("load", [0.0, 0.036])
+def test_a_timer_on_a_clock_the_grader_cannot_reach_is_told_which_clocks_to_use(load):
+    """`load`: real seconds that a busy machine adds to each reading of such a clock (36 ms was seen
+    beside eight busy loops, and the hint, then decided on the real value, was left out)."""
+    source = timer_source(("from datetime import datetime", "datetime.now()", f".total_seconds() + {load}"))
     with worker(source) as student:
         points, failed = time_fn_points(student)
     assert points == 0, failed

@@ -466,14 +466,30 @@ SIMULATED_GPU = "coursekit.simulated_gpu.SimulatedGPU"
 def time_probe(api, inputs: Inputs):
     if inputs.kwargs.get("gpu"):
         return simulated_gpu_probe(api, inputs)
+    def timed(fn):
+        if inputs.kwargs["positional"]:  # extra arguments are passed on to fn
+            return api.call_on_virtual_clock("time_fn", fn, torch.zeros(2), "x", warmup=inputs.kwargs["warmup"],
+                                             repeats=inputs.kwargs["repeats"])
+        return api.call_on_virtual_clock("time_fn", fn, warmup=inputs.kwargs["warmup"],
+                                         repeats=inputs.kwargs["repeats"])
+
     fn = KnownDurations(inputs.kwargs["durations"])
-    if inputs.kwargs["positional"]:  # extra arguments are passed on to fn
-        value = api.call_on_virtual_clock("time_fn", fn, torch.zeros(2), "x", warmup=inputs.kwargs["warmup"],
-                                          repeats=inputs.kwargs["repeats"])
-    else:
-        value = api.call_on_virtual_clock("time_fn", fn, warmup=inputs.kwargs["warmup"],
-                                          repeats=inputs.kwargs["repeats"])
-    return {"seconds": value, "calls": fn.calls}
+    value = timed(fn)
+    # Whether the answer reads the grader's clock, decided on that clock alone: every call twice as
+    # long must give twice the answer. A timer on a clock the grader does not move measures the
+    # machine instead, whose load then shows in the answer but never in this verdict.
+    doubled = timed(KnownDurations([2 * seconds for seconds in inputs.kwargs["durations"]]))
+    return {"seconds": value, "calls": fn.calls, "follows_clock": follows_clock(value, doubled)}
+
+
+def follows_clock(value, doubled) -> bool | None:
+    """Whether a timer's answer doubled with every call's duration (None: no number, or 0 both times)."""
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (value, doubled)) or not (
+            value or doubled):
+        return None
+    # Twice the answer, and told apart from the answer itself: a few microseconds of real time,
+    # within the comparison's tolerance of both, do not follow the clock.
+    return same_time(doubled, 2 * value) and not same_time(doubled, value)
 
 
 def simulated_gpu_probe(api, inputs: Inputs):
@@ -482,18 +498,22 @@ def simulated_gpu_probe(api, inputs: Inputs):
     them (on the virtual clock: it moves the clock to the end of the queued work); the argument is
     a tensor that says it is on a CUDA device. Only a timer that synchronises sees the durations:
     one that does not measures launches, which take no time."""
-    gpu = api.given(SIMULATED_GPU, inputs.kwargs["durations"])  # torch.cuda is faked until restore()
-    try:
-        tensor = api.method(gpu, "on_device", keep=True)
-        value = api.call_on_virtual_clock("time_fn", gpu, tensor, warmup=inputs.kwargs["warmup"],
-                                          repeats=inputs.kwargs["repeats"])
-        calls = api.attr(gpu, "calls")
-    finally:
+    def timed(durations):
+        gpu = api.given(SIMULATED_GPU, durations)  # torch.cuda is faked until restore()
         try:
-            api.method(gpu, "restore")
-        except ProbeFailed:  # the worker was replaced: its torch.cuda went with it
-            pass
-    return {"seconds": value, "calls": calls}
+            tensor = api.method(gpu, "on_device", keep=True)
+            value = api.call_on_virtual_clock("time_fn", gpu, tensor, warmup=inputs.kwargs["warmup"],
+                                              repeats=inputs.kwargs["repeats"])
+            return value, api.attr(gpu, "calls")
+        finally:
+            try:
+                api.method(gpu, "restore")
+            except ProbeFailed:  # the worker was replaced: its torch.cuda went with it
+                pass
+
+    value, calls = timed(inputs.kwargs["durations"])
+    doubled, _ = timed([2 * seconds for seconds in inputs.kwargs["durations"]])  # see time_probe
+    return {"seconds": value, "calls": calls, "follows_clock": follows_clock(value, doubled)}
 
 
 def time_oracle(inputs: Inputs):
@@ -531,9 +551,9 @@ def diagnose_time(result, expected) -> str | None:
     if all(not same_time(seconds, want) for want in accept):
         wanted = " or ".join(f"{want * 1000:.1f}" for want in accept)
         problem = f"returned {seconds * 1000:.1f} ms, expected {wanted} ms"
-        if 0 < seconds < expected.get("shortest", 0) / 2:
-            # Less than any call takes, yet not nothing: no reading of the grader's clock gives that
-            # (on it, only fn's calls and the GPU's work take time), a clock it does not move does.
+        if result.get("follows_clock") is False:
+            # An answer that does not double when every call takes twice as long reads a clock the
+            # grader does not move (`time_probe`), whatever the machine's load made it.
             problem += f": probably a clock the grader does not control; {CLOCKS_TO_USE}"
         return problem
     return None

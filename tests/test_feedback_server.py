@@ -434,12 +434,14 @@ def test_a_student_whose_check_used_up_its_budget_goes_after_the_classmates(tmp_
             second = threads.submit(post, port, tokens["ada"], notebook_bytes(""), part="self_attention")
             wait_until(lambda: len(records_of(service, "ada")) == 2)
             ben = threads.submit(post, port, tokens["ben"], notebook_bytes(""), part="softmax")
-            wait_until(lambda: len(records_of(service, "ben")) == 1)
+            # Ready for a worker, not only recorded: a notebook still being read is not in turn yet
+            # (on a busy machine the gap let ada's second go first, correctly, and the test waited)
+            wait_until(lambda: len(records_of(service, "ben")) == 1 and len(service.turns.ready) == 1)
             pool.pending[0].set_result({**graded("softmax"), "over_budget": True})
             assert first.result(30)[0] == 200
             wait_until(lambda: len(pool.pending) == 2)
             cy = threads.submit(post, port, tokens["cy"], notebook_bytes(""), part="softmax")
-            wait_until(lambda: len(records_of(service, "cy")) == 1)
+            wait_until(lambda: len(records_of(service, "cy")) == 1 and len(service.turns.ready) == 2)  # cy, ada's 2nd
             pool.pending[1].set_result(graded("softmax"))  # ben's, taken before ada's second
             assert ben.result(30)[0] == 200
             wait_until(lambda: len(pool.pending) == 3)

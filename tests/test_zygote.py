@@ -112,3 +112,27 @@ def test_where_no_zygote_comes_up_workers_start_afresh(monkeypatch):
     with Student([("answer", "def double(x):\n    return 2 * x\n")]) as student:
         student.start()
         assert type(student.process).__name__ == "SandboxedProcess"
+
+
+def test_a_fork_that_dies_before_it_reports_is_tried_again_from_a_new_zygote(monkeypatch):
+    """Seen in the suite beside eight busy loops: a fork that died before it reported. The worker
+    comes from a new zygote instead (and, were that to fail too, starts afresh)."""
+    real_fork, failures = zygote.Zygote.fork, []
+
+    def dies_once(self):
+        if not failures:
+            failures.append(self)
+            raise zygote.ZygoteFailed("no worker from the zygote (the other side has gone)")
+        return real_fork(self)
+
+    monkeypatch.setattr(zygote, "_unfit", None)
+    monkeypatch.setattr(zygote, "_zygotes", {})
+    monkeypatch.setattr(zygote.Zygote, "fork", dies_once)
+    try:
+        with Student([("answer", "def double(x):\n    return 2 * x\n")]) as student:
+            student.start()
+            assert type(student.process).__name__ == "ForkedSandbox"
+            assert student.call("double", 21).value == 42
+        assert failures and not failures[0].alive()  # the zygote whose fork died was let go
+    finally:
+        zygote.close_all()

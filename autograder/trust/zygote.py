@@ -38,6 +38,9 @@ WORKER_MOUNTS = tuple((str(WORKER_DIR / name), f"/opt/grader-worker/{name}") for
 WORKER_SCRIPT = "/opt/grader-worker/main.py"
 READY_SECONDS = 120.0  # from starting the zygote to the end of its imports (2-3 s, unloaded)
 FORK_SECONDS = 30.0  # from asking for a fork to the sandbox's report of it (milliseconds)
+# A fork that dies before it reports (seen in the test suite beside eight busy loops, not alone)
+# is tried once more from a new zygote before the worker starts afresh.
+FORK_ATTEMPTS = 2
 
 
 def enabled() -> bool:
@@ -227,16 +230,17 @@ def prepare_zygote(limits: Limits, hidden: tuple[str, ...], imports: tuple[str, 
 
 def forked_worker(limits: Limits, hidden: tuple[str, ...], imports: tuple[str, ...]):
     """A new worker from this kind's zygote, or None (then start one afresh): see the docstring."""
-    zygote = _zygote(limits, hidden, imports)
-    if zygote is None:
-        return None
-    try:
-        return zygote.fork()
-    except ZygoteFailed as err:
-        global last_failure
-        last_failure = str(err)  # kept for a test's report: the worker starts afresh, graded alike
-        _discard((limits, tuple(hidden), tuple(imports)))  # the next request starts another
-        return None
+    global last_failure
+    for _ in range(FORK_ATTEMPTS):
+        zygote = _zygote(limits, hidden, imports)
+        if zygote is None:
+            return None
+        try:
+            return zygote.fork()
+        except ZygoteFailed as err:
+            last_failure = str(err)  # kept for a test's report
+            _discard((limits, tuple(hidden), tuple(imports)))  # the next attempt starts another
+    return None  # the worker starts afresh, graded alike
 
 
 def forks_fail(why: str) -> None:

@@ -689,7 +689,7 @@ def diagnose_left_alone(result, expected) -> str | None:
     return None
 
 
-# ---------------------------------------------------------------- locating the step of a cached generation
+# ---------------------------------------------------------------- locating the step of a generation
 
 # A small model whose every layer call the grader keeps whole (input and output), so that the
 # locator can replay the generation layer by layer: three heads, so that a head mix-up shows.
@@ -713,7 +713,7 @@ def locate_generate(api) -> str | None:
 
 def replay_generate(records, prompt, tokens, context: int, new: int) -> tuple[str, str] | None:
     """(the step that first departs, what it does) from a greedy generation's calls, or None."""
-    B, T0 = prompt.shape
+    B = prompt.shape[0]
     records = [r for r in records if isinstance(r, dict)] if isinstance(records, list) else []
     steps: list[list] = []  # [the ids the model was given (B, t), its logits (B, t, V)]
     for record in records:

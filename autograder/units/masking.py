@@ -330,15 +330,15 @@ def previous_token(x):
     return out
 
 
+MIDDLE = (2, 5)  # the output at position 2 reads position 5, and nothing else leaks
+
+
 def middle_leak(x):
     out, v = _attend(x, _lower(np.shape(x)[-2]), seed=12)
     out = out.copy()
     if out.shape[-2] > MIDDLE[1]:
         out[..., MIDDLE[0], :] += 0.5 * v[..., MIDDLE[1], :]
     return out
-
-
-MIDDLE = (2, 5)  # the output at position 2 reads position 5, and nothing else leaks
 
 
 def one_column_leak(x):

@@ -270,6 +270,16 @@ STEPS = {"01_attention": UNIT_01_STEPS, "02_masking": UNIT_02_STEPS, "03_multihe
 LOCATED_UNITS = [name for name, unit in UNITS.items() if any(part.locates for part in unit.parts)]
 
 
+def graded_in_worker(unit, part_name: str, source: str) -> list:
+    """`part_name` of `source` graded in a sandboxed worker, as a student's answer is."""
+    student = Student([("answer", source)])
+    student.start()
+    try:
+        return grade_part(unit, part_name, student)
+    finally:
+        student.close()
+
+
 def located(unit, part, namespace, student=None) -> str | None:
     """The step `part`'s locator finds in `namespace` (trusted code), or in `student` (a worker)."""
     ref = load_reference(unit.name)
@@ -332,12 +342,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 @pytest.mark.parametrize("part_name", sorted(UNCATALOGUED))
 def test_an_uncatalogued_mistake_graded_in_a_worker_is_told_its_step(part_name):
     source, step = UNCATALOGUED[part_name]
-    student = Student([("answer", source)])
-    student.start()
-    try:
-        results = grade_part(UNITS["01_attention"], part_name, student)
-    finally:
-        student.close()
+    results = graded_in_worker(UNITS["01_attention"], part_name, source)
     failed = [r for r in results if not r.passed]
     assert failed and not any(r.misconception for r in results)
     told = [r.message for r in failed if "Where it goes wrong:" in r.message]
@@ -366,12 +371,7 @@ def layer_norm(x, weight, bias, eps=1e-8):
 def test_two_slips_that_no_name_explains_are_both_located():
     """A default eps of 1e-8 and no weight or bias: together they fit no catalogued mistake, and
     the locator tells both steps."""
-    student = Student([("answer", TWO_SLIPS_IN_LAYER_NORM)])
-    student.start()
-    try:
-        results = grade_part(UNITS["04_block"], "layer_norm", student)
-    finally:
-        student.close()
+    results = graded_in_worker(UNITS["04_block"], "layer_norm", TWO_SLIPS_IN_LAYER_NORM)
     assert not any(r.misconception for r in results)
     told = next(r.message for r in results if "Where it goes wrong:" in r.message)
     assert "Where it goes wrong: the default eps." in told and "Also: the weight and bias." in told, told
@@ -392,12 +392,7 @@ def test_a_name_is_kept_only_where_its_variant_goes_wrong_at_the_answers_step():
     """A shift by the whole tensor's maximum fails the same check as no shift at all (an infinite
     loss), but on the locator's own inputs it goes wrong nowhere, and no shift goes wrong at the
     log-sum-exp: the answer is not named ce_no_max_shift."""
-    student = Student([("answer", GLOBAL_MAX_CROSS_ENTROPY)])
-    student.start()
-    try:
-        results = grade_part(UNITS["08_training"], "cross_entropy", student)
-    finally:
-        student.close()
+    results = graded_in_worker(UNITS["08_training"], "cross_entropy", GLOBAL_MAX_CROSS_ENTROPY)
     assert any(not r.passed for r in results)
     assert not any(r.misconception for r in results), [r.misconception for r in results]
 
@@ -488,12 +483,7 @@ def test_a_catalogued_cache_mistake_is_named_whichever_way_the_prompt_is_fed():
     old = "/ math.sqrt(C // H)"
     assert old in source
     unit = UNITS["06_generation"]
-    student = Student([("answer", source.replace(old, "/ math.sqrt(C)"))])
-    student.start()
-    try:
-        results = grade_part(unit, "generate_cached", student)
-    finally:
-        student.close()
+    results = graded_in_worker(unit, "generate_cached", source.replace(old, "/ math.sqrt(C)"))
     assert {r.misconception for r in results if not r.passed} == {"cache_scale_d_model"}, \
         [r.message for r in results if not r.passed]
 
@@ -613,11 +603,6 @@ def split_heads(x, n_heads):
     d_head = x.shape[-2] // n_heads
     return np.swapaxes(x.reshape(x.shape[:-1] + (n_heads, d_head)), -2, -3)
 """
-    student = Student([("answer", source)])
-    student.start()
-    try:
-        results = grade_part(UNITS["03_multihead"], "split_heads", student)
-    finally:
-        student.close()
+    results = graded_in_worker(UNITS["03_multihead"], "split_heads", source)
     raised = [r.message for r in results if ": raised ValueError" in r.message]
     assert raised and all("(in your code: answer, line 6: `return np.swapaxes(x.reshape(" in m for m in raised), raised

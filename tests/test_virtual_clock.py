@@ -231,6 +231,29 @@ def test_a_timer_on_a_clock_the_grader_cannot_reach_is_told_which_clocks_to_use(
         failed
 
 
+def test_a_timer_whose_real_time_answers_happen_to_double_is_still_told_which_clocks_to_use():
+    """Under load a real-clock timer answers a few microseconds, in whole microseconds for
+    datetime.now(): 3 us then 5 us was once taken for "twice the answer when every call takes twice
+    as long", and the hint was left out. Here the timer's answers are those numbers, in turn."""
+    source = """
+ANSWERS = [3e-6, 5e-6]
+calls = 0
+
+
+def time_fn(fn, *args, warmup=3, repeats=10):
+    global calls
+    for _ in range(warmup + repeats):
+        fn(*args)
+    calls += 1
+    return ANSWERS[(calls - 1) % 2]
+"""
+    with worker(source) as student:
+        points, failed = time_fn_points(student)
+    assert points == 0, failed
+    assert failed and all("time.perf_counter()" in message and "datetime.now()" in message for message in failed), \
+        failed
+
+
 def test_the_worker_clock_moves_by_what_the_graders_function_says_and_is_put_back():
     from autograder.units.flash_training import KnownDurations
 

@@ -475,21 +475,28 @@ def time_probe(api, inputs: Inputs):
 
     fn = KnownDurations(inputs.kwargs["durations"])
     value = timed(fn)
-    # Whether the answer reads the grader's clock, decided on that clock alone: every call twice as
-    # long must give twice the answer. A timer on a clock the grader does not move measures the
-    # machine instead, whose load then shows in the answer but never in this verdict.
-    doubled = timed(KnownDurations([2 * seconds for seconds in inputs.kwargs["durations"]]))
-    return {"seconds": value, "calls": fn.calls, "follows_clock": follows_clock(value, doubled)}
+    # Whether the answer reads the grader's clock, decided on that clock alone: every call
+    # CLOCK_SCALE times as long must give CLOCK_SCALE times the answer. A timer on a clock the
+    # grader does not move measures the machine instead, whose load then shows in the answer but
+    # never in this verdict.
+    scaled = timed(KnownDurations([CLOCK_SCALE * seconds for seconds in inputs.kwargs["durations"]]))
+    return {"seconds": value, "calls": fn.calls, "follows_clock": follows_clock(value, scaled)}
 
 
-def follows_clock(value, doubled) -> bool | None:
-    """Whether a timer's answer doubled with every call's duration (None: no number, or 0 both times)."""
-    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (value, doubled)) or not (
-            value or doubled):
+# Why a thousand and not two: a timer on a real clock answers a few microseconds under load, read
+# in whole microseconds by datetime.now(); 3 us then 5 us is "twice" within the microsecond that
+# time.time()'s rounding needs, and such a timer was once told it followed the clock. A real clock
+# lands within a microsecond of a thousand times its first answer by chance alone almost never.
+CLOCK_SCALE = 1000
+
+
+def follows_clock(value, scaled) -> bool | None:
+    """Whether a timer's answer grew CLOCK_SCALE-fold with every call's duration (None: no number,
+    or 0 both times)."""
+    if not all(isinstance(v, int | float) and not isinstance(v, bool) for v in (value, scaled)) or not (
+            value or scaled):
         return None
-    # Twice the answer, and told apart from the answer itself: a few microseconds of real time,
-    # within the comparison's tolerance of both, do not follow the clock.
-    return same_time(doubled, 2 * value) and not same_time(doubled, value)
+    return same_time(scaled, CLOCK_SCALE * value) and not same_time(scaled, value)
 
 
 def simulated_gpu_probe(api, inputs: Inputs):
@@ -512,8 +519,8 @@ def simulated_gpu_probe(api, inputs: Inputs):
                 pass
 
     value, calls = timed(inputs.kwargs["durations"])
-    doubled, _ = timed([2 * seconds for seconds in inputs.kwargs["durations"]])  # see time_probe
-    return {"seconds": value, "calls": calls, "follows_clock": follows_clock(value, doubled)}
+    scaled, _ = timed([CLOCK_SCALE * seconds for seconds in inputs.kwargs["durations"]])  # see time_probe
+    return {"seconds": value, "calls": calls, "follows_clock": follows_clock(value, scaled)}
 
 
 def time_oracle(inputs: Inputs):
@@ -552,8 +559,8 @@ def diagnose_time(result, expected) -> str | None:
         wanted = " or ".join(f"{want * 1000:.1f}" for want in accept)
         problem = f"returned {seconds * 1000:.1f} ms, expected {wanted} ms"
         if result.get("follows_clock") is False:
-            # An answer that does not double when every call takes twice as long reads a clock the
-            # grader does not move (`time_probe`), whatever the machine's load made it.
+            # An answer that does not grow with every call's duration reads a clock the grader
+            # does not move (`time_probe`), whatever the machine's load made it.
             problem += f": probably a clock the grader does not control; {CLOCKS_TO_USE}"
         return problem
     return None

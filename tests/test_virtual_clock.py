@@ -254,6 +254,28 @@ def time_fn(fn, *args, warmup=3, repeats=10):
         failed
 
 
+@pytest.mark.parametrize("change, told", [
+    (("statistics.median(times)", "max(times)"), "400.0 ms is the slowest of the timed calls"),
+    (("statistics.median(times)", "sum(times) / (warmup + repeats)"),
+     "92.5 ms is the total of the timed calls divided by every call, warm-up included"),
+    (("range(warmup)", "range(warmup + 1)"), "fn was called 9 times, expected 8"),
+])
+def test_an_uncatalogued_timer_is_told_what_its_answer_is(change, told):
+    """Where no catalogued mistake explains the answer, the message says what it is, from the
+    check's own durations: which calls were timed, what was taken of them."""
+    with worker(timer_source("time.perf_counter()").replace(*change)) as student:
+        points, failed = time_fn_points(student)
+    assert points < FULL and any(told in message for message in failed), failed
+
+
+def test_a_timer_that_warms_up_without_the_arguments_is_told_so():
+    source = timer_source("time.perf_counter()").replace("        fn(*args)\n    times", "        fn()\n    times")
+    with worker(source) as student:
+        points, failed = time_fn_points(student)
+    assert points == FULL - 1 and len(failed) == 1 and "did not get the extra arguments" in failed[0] \
+        and "call 1 (" in failed[0], failed
+
+
 def test_the_worker_clock_moves_by_what_the_graders_function_says_and_is_put_back():
     from autograder.units.flash_training import KnownDurations
 

@@ -100,13 +100,22 @@ class Zygote:
         os.set_blocking(request_w, False)
         os.set_blocking(reply_r, False)
         try:
-            report, _ = channel.receive(reply_r, time.monotonic() + FORK_SECONDS)
+            try:
+                report, _ = channel.receive(reply_r, time.monotonic() + FORK_SECONDS)
+            except channel.ChannelError as err:
+                raise ZygoteFailed(f"the fork ended before it reported: {err}") from None
+            if report.get("op") == "unfit":
+                raise ZygoteFailed(f"the fork could not make its sandbox: {report.get('why')}")
             nested = int(report["pid"]) if report.get("op") == "forked" else None
             host = self._host_pid(nested, time.monotonic() + FORK_SECONDS) if nested is not None else None
             if host is None:
                 raise ZygoteFailed("the zygote's fork did not report itself")
             sandbox = ForkedSandbox(self.limits, host)
-            channel.send(request_w, {"op": "go"}, [], time.monotonic() + FORK_SECONDS)
+            try:
+                channel.send(request_w, {"op": "go"}, [], time.monotonic() + FORK_SECONDS)
+            except channel.ChannelError as err:
+                sandbox.kill()
+                raise ZygoteFailed(f"the fork's init ended before its go: {err}") from None
         except (channel.ChannelError, KeyError, TypeError, ValueError, ZygoteFailed) as err:
             for fd in (request_w, reply_r):  # an unreported fork waits for its go: this ends it
                 os.close(fd)

@@ -438,17 +438,26 @@ class KnownDurations:
     on: each call returns a `Took`, which moves that clock by its duration (and the call returns
     None to the timer). It stays here, in the grader, which counts its calls."""
 
-    def __init__(self, seconds: list[float]):
-        self.seconds, self.calls = list(seconds), 0
+    def __init__(self, seconds: list[float], args: tuple | None = None):
+        self.seconds, self.calls, self.args = list(seconds), 0, args
+        self.without_args: list[int] = []  # the calls (0-based) that were not given `args`
 
     def __call__(self, *args):
         duration = self.seconds[min(self.calls, len(self.seconds) - 1)]
+        if self.args is not None and not same_arguments(args, self.args):
+            self.without_args.append(self.calls)
         self.calls += 1
         return Took(duration)
 
 
+def same_arguments(got: tuple, want: tuple) -> bool:
+    return len(got) == len(want) and all(
+        (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.shape == b.shape and bool((a == b).all()))
+        or (not isinstance(b, torch.Tensor) and a == b) for a, b in zip(got, want, strict=True))
+
+
 # warm-up calls are slow (caches, allocation); the timed ones have one slow outlier
-# (median 100 ms; the mean is 148, the fastest 40, the total 740, and with the warm-up timed too, 200)
+# (median 100 ms; the mean is 148, the fastest 40, the total 740, and with the warm-up timed too, 210)
 WARMUP, TIMED = [0.3, 0.3, 0.3], [0.04, 0.12, 0.08, 0.40, 0.10]
 
 
@@ -466,21 +475,21 @@ SIMULATED_GPU = "coursekit.simulated_gpu.SimulatedGPU"
 def time_probe(api, inputs: Inputs):
     if inputs.kwargs.get("gpu"):
         return simulated_gpu_probe(api, inputs)
+    args = (torch.zeros(2), "x") if inputs.kwargs["positional"] else ()  # to be passed on to every call of fn
+
     def timed(fn):
-        if inputs.kwargs["positional"]:  # extra arguments are passed on to fn
-            return api.call_on_virtual_clock("time_fn", fn, torch.zeros(2), "x", warmup=inputs.kwargs["warmup"],
-                                             repeats=inputs.kwargs["repeats"])
-        return api.call_on_virtual_clock("time_fn", fn, warmup=inputs.kwargs["warmup"],
+        return api.call_on_virtual_clock("time_fn", fn, *args, warmup=inputs.kwargs["warmup"],
                                          repeats=inputs.kwargs["repeats"])
 
-    fn = KnownDurations(inputs.kwargs["durations"])
+    fn = KnownDurations(inputs.kwargs["durations"], args)
     value = timed(fn)
     # Whether the answer reads the grader's clock, decided on that clock alone: every call
     # CLOCK_SCALE times as long must give CLOCK_SCALE times the answer. A timer on a clock the
     # grader does not move measures the machine instead, whose load then shows in the answer but
     # never in this verdict.
     scaled = timed(KnownDurations([CLOCK_SCALE * seconds for seconds in inputs.kwargs["durations"]]))
-    return {"seconds": value, "calls": fn.calls, "follows_clock": follows_clock(value, scaled)}
+    return {"seconds": value, "calls": fn.calls, "follows_clock": follows_clock(value, scaled),
+            "without_args": fn.without_args}
 
 
 # Why a thousand and not two: a timer on a real clock answers a few microseconds under load, read
@@ -528,7 +537,40 @@ def time_oracle(inputs: Inputs):
     middle = [timed[len(timed) // 2]] if len(timed) % 2 else [timed[len(timed) // 2 - 1], timed[len(timed) // 2]]
     # with an even count, either middle value is the contract's median, and so is their mean
     return {"seconds": float(np.median(timed)), "accept": sorted(set(middle) | {float(np.median(timed))}),
-            "calls": len(inputs.kwargs["durations"]), "shortest": timed[0]}
+            "calls": len(inputs.kwargs["durations"]), "shortest": timed[0],
+            "explanations": time_explanations(inputs.kwargs["durations"], inputs.kwargs["warmup"])}
+
+
+def time_explanations(durations: list[float], warmup: int) -> list[tuple[float, str]]:
+    """What a timer computes instead, for answers other than the median of the timed calls: each
+    (seconds, in words), the likelier slips first. Read against a wrong answer, the first that
+    matches says which step of the timer departs (which calls it timed, what it took of them, the
+    unit), from this check's own durations."""
+    timed, every = durations[warmup:], durations
+    sets = [("the timed calls", timed), (f"all {len(every)} calls, the warm-up ones included", every),
+            ("the timed calls but the first", timed[1:]), ("the timed calls but the last", timed[:-1]),
+            ("the warm-up calls", durations[:warmup])]
+    statistics = [("the mean of", np.mean), ("the median of", np.median), ("the fastest of", np.min),
+                  ("the slowest of", np.max), ("the total of", np.sum)]
+    found = [(float(np.median(timed)) * 1000, "the median of the timed calls in milliseconds, not seconds"),
+             (float(np.median(timed)) * 1e6, "the median of the timed calls in microseconds, not seconds"),
+             (float(np.sum(timed)) / len(every),
+              "the total of the timed calls divided by every call, warm-up included"),
+             (float(timed[-1]), "the last timed call alone")]
+    for words, calls in sets:
+        for statistic, compute in statistics:
+            if calls and (statistic, words) != ("the median of", "the timed calls"):
+                found.append((float(compute(calls)), f"{statistic} {words}"))
+    return found
+
+
+def time_explanation(seconds: float, expected: dict) -> str | None:
+    """The first of the check's explanations that gives `seconds`, in words: '210.0 ms is the median
+    of all 8 calls, the warm-up ones included'."""
+    for value, words in expected.get("explanations") or ():
+        if same_time(seconds, value):
+            return f"{seconds * 1000:.1f} ms is {words}"
+    return None
 
 
 # On the virtual clock a right answer is exact but for the float rounding of the clock readings:
@@ -553,6 +595,10 @@ def diagnose_time(result, expected) -> str | None:
         return f"time_fn returned {describe(seconds)}, expected a number of seconds"
     if result.get("calls") != expected["calls"]:
         return (f"fn was called {result.get('calls')} times, expected {expected['calls']} (warmup + repeats)")
+    if result.get("without_args") and not expected.get("without_args"):
+        calls = ", ".join(f"{i + 1}" for i in result["without_args"][:4])
+        return (f"fn's call {calls} (counting from 1, warm-up calls first) did not get the extra arguments: pass "
+                "*args on to every call of fn, the warm-up ones included")
     # A catalogued mistake's answer (no "accept": compared with the student's) is exact too.
     accept = expected.get("accept") or [expected["seconds"]]
     if all(not same_time(seconds, want) for want in accept):
@@ -562,6 +608,8 @@ def diagnose_time(result, expected) -> str | None:
             # An answer that does not grow with every call's duration reads a clock the grader
             # does not move (`time_probe`), whatever the machine's load made it.
             problem += f": probably a clock the grader does not control; {CLOCKS_TO_USE}"
+        elif explanation := time_explanation(seconds, expected):
+            problem += f". Where it goes wrong: {explanation}"
         return problem
     return None
 

@@ -237,15 +237,28 @@ def serve(control_fd: int, tmp_bytes: int, processes: int, imports: list[str], r
             continue
         pid = os.fork()
         if pid == 0:
-            code = 70
             try:
                 _child(control, fds[0], fds[1], tmp_bytes, processes, run_worker)
-            except BaseException:  # noqa: BLE001 - never back into the zygote's loop
-                pass
-            os._exit(code)
+            except BaseException as err:  # noqa: BLE001 - never back into the zygote's loop
+                _report_unfit(fds[1], err)
+            os._exit(70)
         for fd in fds:
             os.close(fd)
         os.waitpid(pid, 0)  # C exits as soon as G is forked
+
+
+def _report_unfit(reply_fd: int, err: BaseException) -> None:
+    """C's last word when it could not make the sandbox: why, in place of its report (the grader
+    then starts this worker another way and keeps the reason)."""
+    try:
+        import time
+
+        import channel
+
+        channel.send(reply_fd, {"op": "unfit", "why": f"{type(err).__name__}: {err}"[:300]}, [],
+                     time.monotonic() + 5)
+    except BaseException:  # noqa: BLE001 - the grader sees the pipe close instead
+        pass
 
 
 def _child(control: socket.socket, request_fd: int, reply_fd: int, tmp_bytes: int, processes: int,

@@ -606,3 +606,36 @@ def split_heads(x, n_heads):
     results = graded_in_worker(UNITS["03_multihead"], "split_heads", source)
     raised = [r.message for r in results if ": raised ValueError" in r.message]
     assert raised and all("(in your code: answer, line 6: `return np.swapaxes(x.reshape(" in m for m in raised), raised
+
+
+BREAKDOWN = """
+def parameter_breakdown(config):
+    d, L = config.d_model, config.n_layers
+    d_ff = config.d_ff or 4 * d
+    return {{"embeddings": (config.vocab_size + config.context_length) * d,
+            "attention": L * (4 * d * d + {attention_biases} * d),
+            "ffn": L * (2 * d * d_ff + d_ff + {fc2_bias}),
+            "norms": {norms},
+            "lm_head": 0 if config.tie_weights else config.vocab_size * d}}
+
+
+def count_parameters(config):
+    return sum(parameter_breakdown(config).values())
+"""
+RIGHT_TERMS = {"attention_biases": "4", "fc2_bias": "d", "norms": "L * 4 * d + 2 * d"}
+
+
+@pytest.mark.parametrize("slip, check, told", [
+    ({"attention_biases": "1"}, "attention", "three vectors of d_model too few in every block"),
+    ({"fc2_bias": "d_ff"}, "ffn", "a vector of d_ff where one of d_model belongs in every block"),
+    ({"norms": "L * 2 * d + 2 * d"}, "norms", "two vectors of d_model too few in every block"),
+    ({"norms": "4 * d + 2 * d"}, "block", "four vectors of d_model too few in every block"),
+])
+def test_a_count_that_is_off_is_told_which_piece_of_the_model_it_misses(slip, check, told):
+    """A parameter count off by some number (the fresh set: "numbers only") is told what that number
+    is, in pieces of a model, read from the models of different sizes it was counted for."""
+    source = BREAKDOWN.format(**{**RIGHT_TERMS, **slip})
+    part = "count_parameters" if check == "block" else "parameter_breakdown"
+    results = {r.name: r for r in graded_in_worker(UNITS["05_model"], part, source)}
+    result = results[f"{part}/{check}"]
+    assert not result.passed and told in result.message, result.message

@@ -57,7 +57,8 @@ def graded() -> Unit:
     inputs, diagnoses and probes) and the catalogue of mistakes they name are below; this is
     called at the end of the module, once all of it is defined."""
     COUNT_CHECKS = tuple(
-        Check(name, what, points, count_inputs(COUNT_BASE, should_be=should_be), tol=EXACT, probe=term_probe(measure))
+        Check(name, what, points, count_inputs(COUNT_BASE, should_be=should_be, term_name=name), tol=EXACT,
+              probe=term_probe(measure))
         for name, (points, what, measure, should_be) in TERMS.items()
     ) + (
         Check("gpt2_small", "GPT-2 small (vocab 50257, context 1024, 12 layers, d_model 768, 12 heads): exactly", 0.5,
@@ -239,7 +240,13 @@ def diagnose_breakdown(result, expected, inputs: Inputs) -> str | None:
         if term == "total" and sum(got.values()) != total:
             return f"{name}: the parts sum to {sum(got.values()):,}, but the model has {total:,} parameters"
         if term in ("attention", "ffn", "norms") and got[term] != want[term]:
-            return f"{name}: `{term}` is {got[term]:,}, expected {want[term]:,}"
+            problem = f"{name}: `{term}` is {got[term]:,}, expected {want[term]:,}"
+            explanation = explain_count_difference({
+                config: (breakdown[term], expected["breakdowns"][config][term], BREAKDOWN_CONFIGS[config])
+                for config, breakdown in result["breakdowns"].items()
+                if config in expected["breakdowns"] and isinstance(breakdown, dict)
+                and _is_number(breakdown.get(term))})
+            return f"{problem}. Where it goes wrong: {explanation}" if explanation else problem
         if term == "embeddings":
             # A tied matrix may be counted under embeddings or under lm_head: both are accepted.
             tied = want["lm_head"] == 0
@@ -249,6 +256,78 @@ def diagnose_breakdown(result, expected, inputs: Inputs) -> str | None:
             if not tied and got["embeddings"] != want["embeddings"]:
                 return f"{name}: `embeddings` is {got['embeddings']:,}, expected {want['embeddings']:,}"
     return None
+
+
+def _d_ff(config: dict) -> int:
+    return 4 * config["d_model"] if config["d_ff"] is None else config["d_ff"]
+
+
+# What a count that is off by some number of parameters left out or added, read from how far off
+# it is in models of different sizes: the difference is a small multiple of one of these, the same
+# in each model (per block: times n_layers). Each is (one, several, what it is, its size).
+COUNT_PIECES_PER_BLOCK = (
+    ("a vector of d_model", "vectors of d_model", "biases, or LayerNorms' weights or biases", lambda c: c["d_model"]),
+    ("a vector of d_ff", "vectors of d_ff", "fc1's bias", lambda c: _d_ff(c)),
+    ("a vector of d_ff and one of d_model", "vectors of d_ff and of d_model", "fc1's and fc2's biases",
+     lambda c: _d_ff(c) + c["d_model"]),
+    ("a vector of d_ff where one of d_model belongs", "vectors of d_ff where ones of d_model belong",
+     "fc1's bias is of d_ff, fc2's of d_model", lambda c: _d_ff(c) - c["d_model"]),
+    ("a d_model x d_model matrix", "d_model x d_model matrices", "attention projections' weights",
+     lambda c: c["d_model"] ** 2),
+    ("a d_model x d_model projection with its bias", "d_model x d_model projections with their biases",
+     "q_proj, k_proj, v_proj, out_proj", lambda c: c["d_model"] ** 2 + c["d_model"]),
+    ("a d_model x d_ff matrix", "d_model x d_ff matrices", "fc1's and fc2's weights",
+     lambda c: c["d_model"] * _d_ff(c)),
+)
+COUNT_PIECES = (
+    ("a vector of d_model outside the blocks", "vectors of d_model outside the blocks", "ln_f's weight and bias",
+     lambda c: c["d_model"]),
+    ("a vector of d_model in every LayerNorm (2 a block and ln_f)", "vectors of d_model in every LayerNorm",
+     "a LayerNorm's weight and bias", lambda c: (2 * c["n_layers"] + 1) * c["d_model"]),
+    ("a bias over the vocabulary", "biases over the vocabulary", "lm_head has none", lambda c: c["vocab_size"]),
+    ("a vocab_size x d_model matrix", "vocab_size x d_model matrices", "token_emb's and lm_head's weights",
+     lambda c: c["vocab_size"] * c["d_model"]),
+    ("a context_length x d_model matrix", "context_length x d_model matrices", "pos_emb",
+     lambda c: c["context_length"] * c["d_model"]),
+)
+MANY = {1: "one", 2: "two", 3: "three", 4: "four"}
+
+
+def explain_count_difference(differences: dict[str, tuple[int, int, dict]], kinds=(True, False)) -> str | None:
+    """How far off a count of one kind of parameter is: {model: (yours, expected, its config)},
+    said as pieces of a model ("two vectors of d_model too few in every block"), where exactly one
+    reading fits every model's difference: one multiple (1-4) of one piece, per block or for the
+    whole model, or the blocks' count taken for one block (or n_layers times over). `kinds`: the
+    pieces to read it with, those of a block (True) and those outside the blocks (False)."""
+    off = {name: (got - want, want, config) for name, (got, want, config) in differences.items() if got != want}
+    if not off:
+        return None
+    fits = []
+    if all(want and difference == -want * (config["n_layers"] - 1) // config["n_layers"]
+           and want % config["n_layers"] == 0 and config["n_layers"] > 1 for difference, want, config in off.values()):
+        fits.append("the count of one block, not of n_layers blocks")
+    if all(want and difference == want * (config["n_layers"] - 1) and config["n_layers"] > 1
+           for difference, want, config in off.values()):
+        fits.append("n_layers times the right count: the blocks multiplied by n_layers twice?")
+    for pieces, per_block in ((COUNT_PIECES_PER_BLOCK, True), (COUNT_PIECES, False)):
+        if per_block not in kinds:
+            continue
+        for one, several, gloss, size in pieces:
+            for many in MANY:
+                for sign in (1, -1):
+                    if all(difference == sign * many * size(config) * (config["n_layers"] if per_block else 1)
+                           for difference, _, config in off.values()):
+                        what = one if many == 1 else f"{MANY[many]} {several}"
+                        if " where " in what:  # a piece of one size in place of another: no "too many"
+                            told = what if sign > 0 else what.replace("d_ff", "@").replace(
+                                "d_model", "d_ff").replace("@", "d_model")
+                        else:
+                            told = f"{what} {'too many' if sign > 0 else 'too few'}"
+                        fits.append(f"{told}{' in every block' if per_block else ''} ({gloss})")
+    if len(fits) != 1:  # none, or more than one reading: say nothing rather than guess
+        return None
+    told = "; ".join(f"{difference:+,} in {name}" for name, (difference, _, _) in off.items())
+    return f"the count is off by {told}: each time {fits[0]}"
 
 
 # ---------------------------------------------------------------- probes
@@ -401,13 +480,16 @@ def published_oracle(inputs: Inputs) -> int:
     return inputs.kwargs["published"]
 
 
-def count_inputs(fields: dict, published: int | None = None, should_be: str | None = None):
+def count_inputs(fields: dict, published: int | None = None, should_be: str | None = None,
+                 term_name: str | None = None):
     def make(rng):
         kwargs = {"fields": fields}
         if published is not None:
             kwargs["published"] = published
         if should_be is not None:
             kwargs["should_be"] = should_be
+        if term_name is not None:  # which of TERMS the check measures
+            kwargs["term_name"] = term_name
         return Inputs((), kwargs)
 
     return make
@@ -499,7 +581,16 @@ def diagnose_term(result, expected, inputs: Inputs) -> str | None:
     got, want = result["term"], expected["term"]
     if got == want:
         return None
-    return f"your count gives {got:,}, expected {want:,} ({inputs.kwargs['should_be']})"
+    problem = f"your count gives {got:,}, expected {want:,} ({inputs.kwargs['should_be']})"
+    # One block's count and what is left outside the blocks are sums of pieces of a model: how far
+    # off they are says which piece, where exactly one reading fits.
+    kinds = {"block": (True,), "final_norm": (False,)}.get(inputs.kwargs.get("term_name"))
+    if kinds and isinstance(got, int) and isinstance(want, int):
+        config = {**inputs.kwargs["fields"], "n_layers": 1} if kinds == (True,) else inputs.kwargs["fields"]
+        explanation = explain_count_difference({"the configuration checked": (got, want, config)}, kinds)
+        if explanation:
+            return f"{problem}. Where it goes wrong: {explanation}"
+    return problem
 
 
 # ---------------------------------------------------------------- initialisation

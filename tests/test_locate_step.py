@@ -639,3 +639,18 @@ def test_a_count_that_is_off_is_told_which_piece_of_the_model_it_misses(slip, ch
     results = {r.name: r for r in graded_in_worker(UNITS["05_model"], part, source)}
     result = results[f"{part}/{check}"]
     assert not result.passed and told in result.message, result.message
+
+
+@pytest.mark.parametrize("count, told", [
+    ("8 * n * d * d + 2 * (2 * d * n * (n + 1) // 2)", "the future half of both products over the heads left out"),
+    ("4 * n * d * (2 * d - 1) + 4 * n * n * d", "2b - 1 FLOPs for a dot product of length b in four projections"),
+    ("6 * n * d * d + 4 * n * n * d", "a projection left out"),
+])
+def test_a_flop_count_that_is_off_is_told_which_products_it_misses(count, told):
+    """A FLOP count off by some number told only the ratio (the fresh set); now what that number is,
+    in the call's products, on each check where one reading alone gives it."""
+    source = f"def attention_flops(n, d_model, n_heads):\n    d = d_model\n    return {count}\n"
+    results = graded_in_worker(UNITS["03_multihead"], "attention_flops", source)
+    failed = [r.message for r in results if not r.passed]
+    assert failed and all(told in message for message in failed if "n_heads=1" not in message), failed
+    assert any(told in message for message in failed)

@@ -281,9 +281,53 @@ def diagnose_count(result, expected, inputs: Inputs, tol: Tolerance) -> str | No
     if result == expected:
         return None
     n, d_model, n_heads = inputs.args
-    return (f"for n={n}, d_model={d_model}, n_heads={n_heads} you counted {result:,.0f} FLOPs, "
-            f"{result / expected:.3g} times the right count (list the matrix products one by one, "
-            "with their shapes)")
+    problem = (f"for n={n}, d_model={d_model}, n_heads={n_heads} you counted {result:,.0f} FLOPs, "
+               f"{result / expected:.3g} times the right count (list the matrix products one by one, "
+               "with their shapes)")
+    explanation = explain_flops_difference(result - expected, n, d_model, n_heads)
+    return f"{problem}. Where it goes wrong: {explanation}" if explanation else problem
+
+
+# What a FLOP count that is off left out or added, in the products of one call. The right count is
+# four projections of 2 n d_model^2 and two products over the heads (the scores, and the weights
+# times the values) of 2 n^2 d_model each. Each piece: its FLOPs for (n, d_model, n_heads), whether
+# a count has it too many (+1) or too few (-1) times, and how that reads for 1-4 of it.
+def _times(k: int, one: str, several: str) -> str:
+    return one if k == 1 else f"{MANY[k]} {several}"
+
+
+MANY = {1: "one", 2: "two", 3: "three", 4: "four"}
+FLOPS_PIECES = (
+    (lambda n, d, h: 2 * n * d * d, (1, -1), lambda k, sign: (
+        f"{_times(k, 'a projection', 'projections')} {'too many' if sign > 0 else 'left out'} (each n x d_model "
+        "times d_model x d_model: 2 n d_model^2)")),
+    (lambda n, d, h: 2 * n * n * d, (1, -1), lambda k, sign: (
+        f"{_times(k, 'a product over the heads', 'products over the heads')} "
+        f"{'too many' if sign > 0 else 'left out'} (the scores Q K^T and the weights times V: 2 n^2 d_model each)")),
+    (lambda n, d, h: n * (n - 1) * d, (-1,), lambda k, sign: (
+        f"the future half of {'one product' if k == 1 else 'both products'} over the heads left out: the mask "
+        "hides those entries, but the products still compute all n^2 query-key pairs, not n(n+1)/2")),
+    (lambda n, d, h: n * d, (-1,), lambda k, sign: (
+        f"2b - 1 FLOPs for a dot product of length b in {_times(k, 'a projection', 'projections')}: here "
+        "(a, b) @ (b, c) costs 2abc, b multiplies and b adds for each output")),
+    (lambda n, d, h: 5 * n * d + n * n * h, (-1,), lambda k, sign: (
+        "2b - 1 FLOPs for a dot product of length b in every product: here (a, b) @ (b, c) costs 2abc")),
+    (lambda n, d, h: 2 * n * n * (d * h - d), (1,), lambda k, sign: (
+        f"d_model where d_head belongs in {_times(k, 'a product', 'products')} over the heads: each head's "
+        "scores are n x d_head times d_head x n")),
+    (lambda n, d, h: 2 * n * n * (d - d // h), (-1,), lambda k, sign: (
+        f"{_times(k, 'a product', 'products')} over the heads counted for one head only: every head does one")),
+)
+
+
+def explain_flops_difference(difference: float, n: int, d_model: int, n_heads: int) -> str | None:
+    """How far off a FLOP count is, said as products of the call left out or added, where exactly
+    one reading (1-4 of one piece) gives the difference; None otherwise."""
+    fits = [told(many, sign) for size, signs, told in FLOPS_PIECES if size(n, d_model, n_heads)
+            for many in MANY for sign in signs if difference == sign * many * size(n, d_model, n_heads)]
+    if len(fits) != 1:  # none, or more than one reading: say nothing rather than guess
+        return None
+    return f"the count is {abs(difference):,.0f} {'over' if difference > 0 else 'under'}: {fits[0]}"
 
 
 def flops_variant(formula):

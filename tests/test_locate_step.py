@@ -654,3 +654,23 @@ def test_a_flop_count_that_is_off_is_told_which_products_it_misses(count, told):
     failed = [r.message for r in results if not r.passed]
     assert failed and all(told in message for message in failed if "n_heads=1" not in message), failed
     assert any(told in message for message in failed)
+
+
+TRAINER = Path(__file__).parent / "submissions" / "07_flash_training" / "correct_default_timer.py"
+
+
+@pytest.mark.parametrize("change, check, told", [
+    (("progress(step + 1, losses[-1])", "progress(step, losses[-1])"), "progress", "count the steps from 1, not 0"),
+    (("torch.Generator().manual_seed(seed)", "torch.Generator().manual_seed(0)"), "seed",
+     "the batches do not depend on `seed`"),
+    (("torch.Generator().manual_seed(seed)", "torch.Generator(); g.seed()"), "seed",
+     "two runs with seed=11 from the same start returned different losses"),
+])
+def test_a_trainer_that_ignores_its_seed_or_miscounts_progress_is_told_so(change, check, told):
+    """Three mistakes of the fresh set that kept full marks: progress counted from 0, and the seed
+    ignored (a constant, or the system's entropy)."""
+    source = TRAINER.read_text()
+    assert change[0] in source
+    results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source.replace(*change))}
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert list(failed) == [f"train/{check}"] and told in failed[f"train/{check}"], failed

@@ -135,17 +135,28 @@ def graded() -> Unit:
     TRAIN_CHECKS = tuple(
         Check(name, what, points, train_inputs(steps, seed), probe=train_probe(name), oracle=facet_oracle)
         for name, what, points, steps, seed in (
-            ("losses", "returns one finite float per step (40 steps), which describe the model trained", 1, 40, 1),
+            ("losses", "returns one finite float per step (40 steps), which describe the model trained", 0.5, 40, 1),
             ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 1, 40, 1),
             ("keeps_pace",
              f"after 100 steps the training loss is within {KEEP_PACE} nats of the reference's from the same "
              "start (each step follows its own batch's gradient)", 1, 100, 5),
             ("every_position", "the losses returned for those 100 steps vary from step to step no more than a mean "
-             "over every position of the batch's windows does", 1, 100, 5),
+             "over every position of the batch's windows does", 0.5, 100, 5),
             ("training_part", "the batches come from the training part (the first 90%): the model does not improve "
              "more on held-out text than on training text (30 steps)", 1, 30, 4),
             ("next_byte", "after those 100 steps the model predicts the next byte of held-out text", 1, 100, 5),
         )
+    )
+
+    # Two short runs from one start with one seed, and one with another: the seed decides the
+    # batches, and progress is told every step, counted from 1, with the loss train returns.
+    TRAIN_CHECKS += (
+        Check("seed", f"{SEED_STEPS} steps from one start, twice with seed=11 and once with seed=12: the same seed "
+              "gives the same losses, another seed other batches", 0.5, train_inputs(SEED_STEPS, 11),
+              probe=seed_probe("seed"), oracle=facet_oracle),
+        Check("progress", f"progress(step, loss) is called after each of those {SEED_STEPS} steps, step counted "
+              "from 1, with the loss of that step", 0.5, train_inputs(SEED_STEPS, 11),
+              probe=seed_probe("progress"), oracle=facet_oracle),
     )
 
     parts = (
@@ -659,6 +670,83 @@ def trained(api, inputs: Inputs) -> tuple:
     return runs[key]
 
 
+SEED_STEPS = 3
+_SEED_RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # submission -> its three short runs
+
+
+def seed_probe(which: str):
+    def probe(api, inputs: Inputs):
+        return seed_facet(which, *seed_runs(api, inputs), inputs)
+
+    return probe
+
+
+def seed_runs(api, inputs: Inputs) -> tuple:
+    """(losses with the check's seed and the progress calls seen, the same again without progress,
+    losses with the next seed), each run from the check's start; once per submission."""
+    owner = getattr(api, "student", None)
+    if owner is not None and owner in _SEED_RUNS:
+        return _SEED_RUNS[owner]
+    seed, steps = inputs.kwargs["seed"], inputs.kwargs["steps"]
+
+    def run(seed, **extra):
+        config = api.record(**inputs.kwargs["fields"])
+        model = api.given(MODEL, config)
+        api.method(model, "load_state_dict", initial_state(inputs))
+        return api.call("train", config, steps, device="cpu", model=model, seed=seed, **extra)
+
+    seen = []
+    first = run(seed, progress=lambda step, loss: seen.append((step, loss)))
+    runs = ((first, seen), run(seed), run(seed + 1))
+    if owner is not None:
+        _SEED_RUNS[owner] = runs
+    return runs
+
+
+def _floats(losses, steps) -> list[float] | None:
+    if isinstance(losses, list | tuple) and len(losses) == steps and all(
+            isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in losses):
+        return [float(x) for x in losses]
+    return None
+
+
+def seed_facet(which: str, first, again, other, inputs: Inputs) -> dict:
+    (losses, seen), steps, seed = first, inputs.kwargs["steps"], inputs.kwargs["seed"]
+    runs = [_floats(run, steps) for run in (losses, again, other)]
+    if any(run is None for run in runs):
+        return facet(False, "format", f"could not be judged: train should return a list of {steps} finite floats")
+    losses, again, other = runs
+    if which == "seed":
+        if not np.allclose(losses, again, rtol=1e-5, atol=1e-6):
+            return facet(False, "unseeded",
+                         f"two runs with seed={seed} from the same start returned different losses ({losses[0]:.4f} "
+                         f"and {again[0]:.4f} at step 1): the batches should be drawn from a torch.Generator seeded "
+                         "with `seed`, so that one seed gives one run")
+        if np.allclose(losses, other, rtol=1e-5, atol=1e-6):
+            return facet(False, "seed_ignored",
+                         f"runs with seed={seed} and seed={seed + 1} from the same start returned the same losses: "
+                         "the batches do not depend on `seed`. Seed the generator that draws them with it "
+                         "(torch.Generator().manual_seed(seed)), not with a constant")
+        return facet(True, None)
+    want = list(range(1, steps + 1))
+    steps_seen = [step for step, _ in seen] if all(isinstance(c, tuple) and len(c) == 2 for c in seen) else None
+    if steps_seen != want:
+        told = ", ".join(f"progress({step!r}, ...)" for step in (steps_seen or [])[:4]) or "no progress at all"
+        more = " ..." if len(seen) > 4 else ""
+        hint = ("count the steps from 1, not 0" if steps_seen and steps_seen[0] == 0 else
+                "call it once after every step, with the number of steps done so far")
+        return facet(False, "steps",
+                     f"over {steps} steps train called {told}{more}; expected progress(1, ...) after the first step "
+                     f"up to progress({steps}, ...) after the last: {hint}")
+    passed = [float(loss) if isinstance(loss, int | float) and not isinstance(loss, bool) else
+              float(loss.item()) if isinstance(loss, torch.Tensor) and loss.numel() == 1 else None
+              for _, loss in seen]
+    if any(p is None for p in passed) or not np.allclose(passed, losses, rtol=1e-5, atol=1e-6):
+        return facet(False, "loss",
+                     "progress(step, loss) was not given the loss of that step (the one train returns for it)")
+    return facet(True, None)
+
+
 def initial_state(inputs: Inputs) -> dict:
     """The course GPT's own initialisation, drawn from the check's seed."""
     from coursekit.gpt import GPT
@@ -959,7 +1047,7 @@ def time_with(average="median", warmup_timed=False, total=False, no_sync=False, 
 
 def train_with(no_zero_grad=False, unshifted=False, held_out=False, no_step=False, zero_grad_before_step=False,
                last_position=False, reversed_targets=False):
-    def variant(reference, config, steps, device=None, model=None, batch_size=16, lr=3e-3, seed=0):
+    def variant(reference, config, steps, device=None, model=None, batch_size=16, lr=3e-3, seed=0, progress=None):
         from coursekit import corpus
 
         generator = torch.Generator().manual_seed(seed)
@@ -990,6 +1078,8 @@ def train_with(no_zero_grad=False, unshifted=False, held_out=False, no_step=Fals
             if not no_step:
                 optimizer.step()
             losses.append(loss.item())
+            if progress is not None:
+                progress(len(losses), losses[-1])
         return losses
 
     return variant

@@ -78,11 +78,15 @@ def test_the_truth_table_covers_both_answers():
 def test_the_oracles_really_do_what_their_names_say():
     rng = np.random.default_rng(0)
     x = rng.normal(size=(8, 4))
+    second = x.copy()
+    second[1] = rng.normal(size=4)
+    # the next-into-first leak moves output 0 when position 1 changes
+    assert np.abs(spec.next_into_first(second) - spec.next_into_first(x))[0].max() > 1e-9
+    # the column leak keeps every row's sum, and column 0
+    assert np.allclose(spec.column_leak(second).sum(axis=-1), spec._attend(second, spec._lower(8), seed=13)[0].sum(-1))
+    assert np.abs(spec.column_leak(second) - spec.column_leak(x))[0].max() > 1e-9
     later = x.copy()
     later[7] = rng.normal(size=4)
-    # the last-into-first leak moves only output 0 among outputs 0..6
-    moved = np.abs(spec.last_into_first(later) - spec.last_into_first(x))[:7].max(axis=-1) > 1e-9
-    assert moved.tolist() == [True] + [False] * 6
     # the second-to-last leak moves only output 6
     moved = np.abs(spec.last_into_second_last(later) - spec.last_into_second_last(x))[:7].max(axis=-1) > 1e-9
     assert moved.tolist() == [False] * 6 + [True]
@@ -250,7 +254,7 @@ def test_detector_messages_say_what_leaks(ref, unit):
     results = grade_part(unit, "looks_causal",
                          namespace_with(ref, looks_causal=lambda f, n=8, d=4, trials=3, seed=0: True))
     by_check = {r.name.split("/")[1]: r for r in results}
-    assert "position 7 (the last) change the output at position 0" in by_check["last_into_first"].message
+    assert "position 1 change the output at position 0" in by_check["next_into_first"].message
     # Right about causal attention, but it never says "leaks": that verdict is not counted.
     assert not by_check["causal_attention"].passed and "not counted" in by_check["causal_attention"].message
 
@@ -304,12 +308,14 @@ def test_an_additive_mask_is_named_as_such_not_read_as_booleans(ref, unit, n):
     assert first.misconception == "mask_additive_float"
 
 
-# Detectors wrong in one way each, which every oracle case before the last four passed (issue 29's
-# fresh answers): each new case is the one that catches one of them.
+# Detectors wrong in one way each, which every other oracle case passes (issue 29's fresh answers):
+# each case is the one that catches one of them (two keys for the column leak: one column, row sums).
 DETECTOR_SLIPS = {
     "small_leak_on_large_outputs": "np.allclose(after[: i + 1], before[: i + 1])",  # rtol=1e-5 by default
-    "middle_leak": "LAST_ONLY",
-    "one_column_leak": "np.allclose(after[: i + 1, 0], before[: i + 1, 0], rtol=0.0, atol=1e-9)",
+    "middle_leak": "ENDS_ONLY",
+    "column_leak": "np.allclose(after[: i + 1, 0], before[: i + 1, 0], rtol=0.0, atol=1e-9)",
+    "column_leak ": "np.allclose(after[: i + 1].sum(-1), before[: i + 1].sum(-1), rtol=0.0, atol=1e-9)",
+    "next_into_first": "FROM_ONE",
 }
 DETECTOR = """
 import numpy as np
@@ -332,9 +338,10 @@ def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
 @pytest.mark.parametrize("case", sorted(DETECTOR_SLIPS))
 def test_each_new_oracle_case_catches_a_detector_the_others_pass(ref, unit, case):
     slip = DETECTOR_SLIPS[case]
-    source = DETECTOR.replace("SPLITS", "[n - 2]" if slip == "LAST_ONLY" else "range(n - 1)").replace(
-        "COMPARE", "np.allclose(after[: i + 1], before[: i + 1], rtol=0.0, atol=1e-9)" if slip == "LAST_ONLY" else slip)
+    splits = {"ENDS_ONLY": "[0, n - 2]", "FROM_ONE": "range(1, n - 1)"}.get(slip, "range(n - 1)")
+    exact = "np.allclose(after[: i + 1], before[: i + 1], rtol=0.0, atol=1e-9)"
+    source = DETECTOR.replace("SPLITS", splits).replace("COMPARE", exact if slip in ("ENDS_ONLY", "FROM_ONE") else slip)
     namespace = dict(vars(ref))
     exec(compile(source, "detector", "exec"), namespace)  # the course's own test code, trusted
     failed = {r.name.split("/")[1] for r in grade_part(unit, "looks_causal", namespace) if not r.passed}
-    assert failed == {case}, failed
+    assert failed == {case.strip()}, failed

@@ -272,10 +272,11 @@ def full_attention(x):
     return _attend(x, None, seed=2)[0]
 
 
-def last_into_first(x):
+def next_into_first(x):
     out, v = _attend(x, _lower(np.shape(x)[-2]), seed=3)
     out = out.copy()
-    out[..., 0, :] += 0.5 * v[..., -1, :]
+    if out.shape[-2] >= 2:
+        out[..., 0, :] += 0.5 * v[..., 1, :]
     return out
 
 
@@ -341,10 +342,12 @@ def middle_leak(x):
     return out
 
 
-def one_column_leak(x):
+def column_leak(x):
+    # What leaks into the last column leaves the one before it: each row's sum is unchanged.
     out, v = _attend(x, _lower(np.shape(x)[-2]), seed=13)
     out = out.copy()
     out[..., :-1, -1] += 0.5 * v[..., 1:, -1]
+    out[..., :-1, -2] -= 0.5 * v[..., 1:, -1]
     return out
 
 
@@ -403,9 +406,8 @@ _describe(first_token, causal_note="every output reads only position 0, which is
           "itself (or position 0) is not a test of causality")
 _describe(full_attention, leak=lambda n: f"this is attention without a mask: position {n - 1} changes the output at "
           "position 0, and every later position changes every earlier one")
-_describe(last_into_first, leak=lambda n: f"this function lets position {n - 1} (the last) change the output at "
-          "position 0 (the first), and that is its only leak: change ALL the positions after i, and compare ALL "
-          "the outputs up to i")
+_describe(next_into_first, leak=lambda n: "this function lets position 1 change the output at position 0, and "
+          "that is its only leak: the split after position 0 (i = 0) is one to try too")
 _describe(tiny_leak, leak=lambda n: f"this function puts a weight of {TINY:g} on the next position, so changing "
           "position i + 1 moves the output at position i by about 1e-3: a small leak is still a leak (use a "
           "tolerance near 1e-9)")
@@ -416,8 +418,9 @@ _describe(last_into_second_last, leak=lambda n: f"this function lets position {n
           f"{n - 2}, and nothing else: check every position i, not only position 0")
 _describe(middle_leak, leak=lambda n: f"this function lets position {MIDDLE[1]} change the output at position "
           f"{MIDDLE[0]}, and nothing else: try every split point i, redrawing every position after it")
-_describe(one_column_leak, leak=lambda n: "this function leaks into the last output column only: compare every "
-          "column of the outputs up to i, not one")
+_describe(column_leak, leak=lambda n: "this function leaks into the last two output columns only, as much into "
+          "one as out of the other, so each row's sum stays the same: compare every entry of the outputs up to i, "
+          "not one column or their sums")
 _describe(small_leak_on_large_outputs, leak=lambda n: f"its outputs are about {LARGE:g} and a later input moves an "
           f"earlier output by {SMALL_LEAK:g}: np.allclose's default rtol=1e-5 lets a change of 0.1 pass on such "
           "values; compare with rtol=0 and a tiny atol (1e-9)")
@@ -441,7 +444,7 @@ ORACLE_CASES = (
     OracleCase("causal_attention_long", "causal attention with n=12, d=6, trials=2", causal_attention,
                {"n": 12, "d": 6, "trials": 2}, True),
     OracleCase("full_attention", "attention with no mask at all", full_attention, {}, False),
-    OracleCase("last_into_first", "a leak only from the last position into the first", last_into_first, {}, False),
+    OracleCase("next_into_first", "a leak only from position 1 into position 0", next_into_first, {}, False),
     OracleCase("tiny_leak", "a tiny leak: weight 0.001 on the next position", tiny_leak, {}, False),
     OracleCase("input_dependent_leak", "a leak that opens only for some inputs", leak_for_negative_inputs, {},
                False),
@@ -454,7 +457,8 @@ ORACLE_CASES = (
     OracleCase("long_sequence_leak", "a mask that is right only for the first 10 positions, with n=12",
                mask_built_for_ten, {"n": 12}, False),
     OracleCase("middle_leak", "a leak only between two middle positions (2 reads 5)", middle_leak, {}, False),
-    OracleCase("one_column_leak", "a leak into one output column only", one_column_leak, {}, False),
+    OracleCase("column_leak", "a leak between the last two output columns that keeps each row's sum", column_leak,
+               {}, False),
     OracleCase("small_leak_on_large_outputs", "a leak of 1e-5 on outputs of about 1e4", small_leak_on_large_outputs,
                {}, False),
     OracleCase("two_ahead_leak", "a leak from two positions ahead only", two_ahead_leak, {}, False),

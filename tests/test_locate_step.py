@@ -674,3 +674,19 @@ def test_a_trainer_that_ignores_its_seed_or_miscounts_progress_is_told_so(change
     results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source.replace(*change))}
     failed = {name: r.message for name, r in results.items() if not r.passed}
     assert list(failed) == [f"train/{check}"] and told in failed[f"train/{check}"], failed
+
+
+def test_a_mask_read_transposed_is_told_as_the_masks_axes():
+    """Once told as the fill value (the fresh set): the weights follow mask.T, filled with -1e9."""
+    unit = UNITS["01_attention"]
+    namespace = dict(vars(load_reference(unit.name)))
+    exec(compile("""
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = np.where(np.swapaxes(mask, -1, -2), scores, -1e9)
+    weights = softmax(scores)
+    return weights @ V, weights
+""", "answer", "exec"), namespace)  # the course's own test code
+    where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
+    assert where is not None and where.startswith("the mask's axes."), where

@@ -66,6 +66,13 @@ def located_mask(weights, mask, setting: str) -> str | None:
     if not np.allclose(weights.sum(axis=-1), 1, atol=1e-6):
         return (f"the mask. {setting}: the hidden keys get weight 0 but the rows sum to {shown(weights.sum(axis=-1))}: "
                 "hide them in the scores (-inf) before the softmax, not in the weights after it")
+    if mask.shape[-1] == mask.shape[-2] and not (mask == np.swapaxes(mask, -1, -2)).all():
+        flipped = np.swapaxes(mask, -1, -2)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            as_flipped = flipped / flipped.sum(axis=-1, keepdims=True)
+        if close(np.nan_to_num(weights), np.nan_to_num(as_flipped)):
+            return (f"the mask's axes. {setting}: your weights follow the mask transposed: its rows are the queries "
+                    "and its columns the keys, as the scores' are (mask[i, j]: may query i attend to key j?)")
     if np.abs(weights[~mask]).max() > 1e-6:
         return (f"the mask. {setting}: hidden keys still get weight (up to {np.abs(weights[~mask]).max():.3g}): fill "
                 "their scores with -inf (or a very negative number), not 0 or a small one")

@@ -690,3 +690,18 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 """, "answer", "exec"), namespace)  # the course's own test code
     where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
     assert where is not None and where.startswith("the mask's axes."), where
+
+
+def test_a_block_whose_second_layernorm_is_its_first_is_told_so():
+    """Once told as the attention sublayer (the fresh set): loading ln2's weights overwrote ln1's."""
+    unit = UNITS["04_block"]
+    reference = load_reference(unit.name)
+
+    class SharedNorm(reference.TransformerBlock):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.ln2 = self.ln1
+
+    namespace = dict(vars(reference), TransformerBlock=SharedNorm)
+    where = located(unit, unit.part("TransformerBlock"), namespace)
+    assert where is not None and where.startswith("the second LayerNorm."), where

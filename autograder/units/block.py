@@ -1350,6 +1350,24 @@ ATTENTION_FORBID = ("torch.nn.functional.scaled_dot_product_attention", "torch.n
 # names the step.
 
 
+def _shared_norms(api, ctor: tuple, state: dict) -> str | None:
+    """Whether ln1 and ln2 are one module (`self.ln2 = self.ln1`): given different weights, such a
+    block keeps one pair of them for both."""
+    module = api.new("TransformerBlock", *ctor)
+    module = api.method(module, "double", keep=True)
+    api.method(module, "load_state_dict", state)
+    kept = api.method(module, "state_dict")
+    names = ("ln1.weight", "ln2.weight")
+    if not isinstance(kept, dict) or not all(isinstance(kept.get(name), torch.Tensor) for name in names):
+        return None
+    if kept["ln1.weight"].shape == kept["ln2.weight"].shape and torch.equal(kept["ln1.weight"], kept["ln2.weight"]) \
+            and not torch.equal(state["ln1.weight"], state["ln2.weight"]):
+        return ("the second LayerNorm. Given ln1 and ln2 weights of their own, your block kept one set for both: "
+                "ln2 is ln1 (one module, or shared parameters). Each sublayer has its own LayerNorm: make ln2 a "
+                "second nn.LayerNorm(d_model)")
+    return None
+
+
 def _module_output(api, cls_name: str, ctor: tuple, state: dict, x):
     module = api.new(cls_name, *ctor)
     module = api.method(module, "double", keep=True)
@@ -1536,6 +1554,10 @@ def locate_block(api) -> str | None:
 
     def silenced(*layers):
         return {k: torch.zeros_like(v) if any(k.startswith(layer) for layer in layers) else v for k, v in full.items()}
+
+    shared = _shared_norms(api, ctor, full)
+    if shared:
+        return shared
 
     for layers, step, setting, fix in (
             (("attn.out_proj", "ffn.fc2"), "the residual stream", "With both sublayers silenced (attn.out_proj and "

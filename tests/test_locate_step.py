@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import torch
 
 from autograder.engine.catalogue import variant_namespace
 from autograder.engine.grade import grade_part, locate_step
@@ -705,3 +706,25 @@ def test_a_block_whose_second_layernorm_is_its_first_is_told_so():
     namespace = dict(vars(reference), TransformerBlock=SharedNorm)
     where = located(unit, unit.part("TransformerBlock"), namespace)
     assert where is not None and where.startswith("the second LayerNorm."), where
+
+
+@pytest.mark.parametrize("chain, step", [("ln_f first", "the final norm's place."), ("reversed", "the blocks' order."),
+                                         ("last block only", "the blocks.")])
+def test_a_gpt_whose_stream_goes_another_way_is_told_how(chain, step):
+    """ln_f before the blocks was told only as "the blocks" (the fresh set)."""
+    unit = UNITS["05_model"]
+    reference = load_reference(unit.name)
+
+    class Rewired(reference.GPT):
+        def forward(self, idx):
+            x = self.token_emb(idx) + self.pos_emb(torch.arange(idx.shape[1]))
+            if chain == "ln_f first":
+                x = self.ln_f(x)
+            blocks = list(self.blocks)[::-1] if chain == "reversed" else list(self.blocks)
+            start = x
+            for block in blocks:
+                x = block(start if chain == "last block only" else x)
+            return self.lm_head(x if chain == "ln_f first" else self.ln_f(x))
+
+    where = located(unit, unit.part("GPT"), dict(vars(reference), GPT=Rewired))
+    assert where is not None and where.startswith(step), where

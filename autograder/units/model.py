@@ -941,6 +941,42 @@ def _reference_logits(fields: dict, state: dict, idx):
         return model(idx).numpy()
 
 
+def _reference_stream_logits(fields: dict, state: dict, idx, order: str):
+    """The reference GPT's logits with its blocks and ln_f put together another way: "ln_f first"
+    (ln_f before the blocks, not after), "reversed" (the blocks last to first), "first block only",
+    "last block only", "first block repeated" (blocks[0], n_layers times)."""
+    import types
+
+    model = ref().GPT(types.SimpleNamespace(**fields))
+    model.load_state_dict(state)
+    model.eval()
+    blocks = list(model.blocks)
+    chain = {"ln_f first": blocks, "reversed": blocks[::-1], "first block only": blocks[:1],
+             "last block only": blocks[-1:], "first block repeated": blocks[:1] * len(blocks)}[order]
+    with torch.no_grad():
+        x = model.token_emb(idx) + model.pos_emb(torch.arange(idx.shape[1]))
+        if order == "ln_f first":
+            x = model.ln_f(x)
+        for block in chain:
+            x = block(x)
+        if order != "ln_f first":
+            x = model.ln_f(x)
+        return model.lm_head(x).numpy()
+
+
+BLOCK_CHAINS = (  # (how the stream went, what it should do)
+    ("ln_f first", "the final norm's place", "yours apply ln_f before the blocks; it comes after the last block, just "
+     "before lm_head"),
+    ("reversed", "the blocks' order", "yours run the blocks last to first; the stream goes through self.blocks in "
+     "order"),
+    ("first block only", "the blocks", "only the first block acts on the stream (a return or break inside the loop?)"),
+    ("last block only", "the blocks", "only the last block's output reaches ln_f: each block should read the "
+     "previous block's output, x = block(x), not the embeddings"),
+    ("first block repeated", "the blocks", "the first block runs n_layers times: index the loop's own block, "
+     "not blocks[0]"),
+)
+
+
 def _silenced_blocks(state: dict) -> dict:
     return {k: torch.zeros_like(v) if ".attn.out_proj." in k or ".ffn.fc2." in k else v for k, v in state.items()}
 
@@ -977,6 +1013,11 @@ def locate_gpt(api) -> str | None:
     got = as_array(api.forward(built_model(api, Inputs((idx,), {"fields": fields, "state": state})), idx))
     want = _reference_logits(fields, state, idx)
     if got is None or not np.allclose(got, want, rtol=1e-4, atol=1e-5):
+        if got is not None and got.shape == want.shape:
+            for order, step, told in BLOCK_CHAINS:
+                if np.allclose(got, _reference_stream_logits(fields, state, idx, order), rtol=1e-4, atol=1e-5):
+                    return (f"{step}. With the blocks silenced your logits are right; with them on they are those of "
+                            f"a GPT whose stream goes another way: {told}")
         by = f"{float(np.abs(got - want).max()):.3g}" if got is not None and got.shape == want.shape else "all"
         return (f"the blocks. With the blocks silenced your logits are right; with them on they differ by up to "
                 f"{by}: the "

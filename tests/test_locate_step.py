@@ -728,3 +728,22 @@ def test_a_gpt_whose_stream_goes_another_way_is_told_how(chain, step):
 
     where = located(unit, unit.part("GPT"), dict(vars(reference), GPT=Rewired))
     assert where is not None and where.startswith(step), where
+
+
+@pytest.mark.parametrize("scale, read", [("np.sqrt(x.shape[-1])", "sqrt(d_model) = sqrt(5)"), ("1.0", "1 (no scale)")])
+def test_causal_self_attention_with_another_scale_is_told_what_it_divides_by(scale, read):
+    """A scale of sqrt(d_model) got only "the output differs" (the fresh set): with W_q = W_k = 0 the
+    scale never shows, so one more input gives a position a known score."""
+    unit = UNITS["02_masking"]
+    namespace = dict(vars(load_reference(unit.name)))
+    exec(compile(f"""
+def causal_self_attention(x, W_q, W_k, W_v):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    scores = q @ np.swapaxes(k, -1, -2) / {scale}
+    n = x.shape[-2]
+    scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ v
+""", "answer", "exec"), namespace)  # the course's own test code
+    where = located(unit, unit.part("causal_self_attention"), namespace)
+    assert where is not None and where.startswith("the scale:") and read in where, where

@@ -550,7 +550,7 @@ def locate_causal_self_attention(call) -> str | None:
             return (f"the batch axis: one sequence is right, but with x (2, 4, 5) the mask is still (n, n), n = "
                     f"x.shape[-2] = 4 (not x.shape[0]), and it must broadcast over the batch (np.where(mask, scores, "
                     f"-np.inf), not boolean indexing){told}")
-        return None
+        return _located_scale(call, x, eye)
     if np.allclose(got, np.full((n, n), 1 / n), atol=1e-9):
         return ("the mask: with every score equal, position t should average positions 0..t; yours averages all "
                 "of them, as if there were no mask")
@@ -570,6 +570,32 @@ def locate_causal_self_attention(call) -> str | None:
                 "before the softmax, not in the weights after it")
     return (f"the mask: with every score equal, row t should be 1 / (t + 1) on positions 0..t; yours is "
             f"{np.round(got, 3).tolist()}")
+
+
+SCORE = 2.0  # position 1's query and key: (sqrt 2, 0), so its score with itself is 2 and with position 0, 0
+
+
+def _located_scale(call, x, eye) -> str | None:
+    """The scale, read from one weight: position 1 scores 2 on itself and 0 on position 0, so its
+    weight w on itself gives what the scores were divided by, SCORE / ln(w / (1 - w))."""
+    n, d_model = x.shape
+    W = np.zeros((d_model, 2))
+    W[1, 0] = np.sqrt(SCORE)
+    got = as_array(call(x, W, W, eye))
+    if got is None or got.shape != (n, d_model):
+        return None
+    w = float(got[1, 1])
+    want = 1 / (1 + np.exp(-SCORE / np.sqrt(2)))
+    if abs(w - want) < 1e-9 or not 0 < w < 1 or abs(got[1, 0] + w - 1) > 1e-6:
+        return None
+    divisor = SCORE / np.log(w / (1 - w))
+    named = {"sqrt(d_model) = sqrt(5)": np.sqrt(5), "d_model = 5": 5.0, "2: d_k = 2 (or sqrt(n) = sqrt(4))": 2.0,
+             "1 (no scale)": 1.0, "1 / sqrt(2): multiplied by sqrt(d_k), not divided": 1 / np.sqrt(2),
+             "n = 4": 4.0}
+    read = next((name for name, value in named.items() if abs(divisor - value) < 1e-6), f"{divisor:.4g}")
+    return (f"the scale: x (4, 5) with W_q = W_k (5, 2) giving position 1 a score of {SCORE:g} on itself and 0 on "
+            f"position 0: its weight on itself is {w:.4f}, which says the scores were divided by {read}; they are "
+            f"divided by sqrt(d_k) = sqrt(2), d_k being the width of the keys (W_k.shape[-1]), giving {want:.4f}")
 
 
 def locate_next_token_pairs(call) -> str | None:

@@ -747,3 +747,14 @@ def causal_self_attention(x, W_q, W_k, W_v):
 """, "answer", "exec"), namespace)  # the course's own test code
     where = located(unit, unit.part("causal_self_attention"), namespace)
     assert where is not None and where.startswith("the scale:") and read in where, where
+
+
+def test_a_sampler_with_another_default_temperature_is_told_its_defaults():
+    """temperature=0.8 as the default kept full marks (the fresh set): every check gave a temperature."""
+    source = (Path(__file__).parent / "submissions" / "06_generation" / "correct_concat_cache.py").read_text()
+    assert "def sample_next(logits, temperature=1.0," in source
+    results = graded_in_worker(UNITS["06_generation"], "sample_next",
+                               source.replace("def sample_next(logits, temperature=1.0,",
+                                              "def sample_next(logits, temperature=0.8,"))
+    failed = {r.name: r.message for r in results if not r.passed}
+    assert list(failed) == ["sample_next/defaults"] and "temperature=1.0" in failed["sample_next/defaults"], failed

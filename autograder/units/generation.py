@@ -65,8 +65,12 @@ def graded() -> Unit:
               temperature=1.0, top_k=2),
         _stat("top_k_three", "top_k=3 at temperature 0.8", [[0.1, 1.5, -0.3, 0.9, 0.7, -2.0]], temperature=0.8,
               top_k=3),
-        Check("same_seed", "two generators seeded alike give the same draws (64 rows of 6 logits)", 1,
+        Check("same_seed", "two generators seeded alike give the same draws (64 rows of 6 logits)", 0.5,
               logits_inputs((64, 6)), probe=same_seed_probe),
+        Check("defaults", "left out, temperature and top_k are 1.0 and None: the same draws as with them given, "
+              "from generators seeded alike", 0.5, logits_inputs((64, 6)), probe=defaults_probe,
+              requires=("same_seed",), requires_why="draws that ignore the generator would agree by chance or "
+              "never"),
         Check("inputs_unchanged", "the logits are not modified", 0.5, logits_inputs((3, 5), temperature=0.5),
               kind="unchanged"),
     )
@@ -541,6 +545,19 @@ def same_seed_probe(api, inputs: Inputs):
     return {"same": bool(torch.equal(first, second))}
 
 
+def defaults_probe(api, inputs: Inputs):
+    """sample_next with its defaults against the contract's values given, from generators seeded alike."""
+    logits = inputs.args[0]
+    left_out = api.call("sample_next", logits, generator=seeded_generator(api, 6))
+    given, again = (api.call("sample_next", logits, temperature=1.0, top_k=None, generator=seeded_generator(api, 6))
+                    for _ in range(2))
+    if not all(isinstance(t, torch.Tensor) and t.shape == logits.shape[:1] for t in (left_out, given, again)):
+        return {"defaults": False}
+    if not torch.equal(given, again):  # draws that do not follow the generator: same_seed says so
+        return {"defaults": None}
+    return {"defaults": bool(torch.equal(left_out, given))}
+
+
 def chi_square_survival(statistic: float, dof: int) -> float:
     """P(X >= statistic) for X chi-square with `dof` degrees of freedom."""
     if dof <= 0:
@@ -608,6 +625,15 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
                     f"got {got + ' raised' if got else 'no error'}")
         if expected.get("names_limit") and not result.get("names_limit"):
             return "the ValueError should name the limit (the value of context_length) in its message"
+        return None
+    if isinstance(expected, dict) and "defaults" in expected:
+        if isinstance(result, dict) and result.get("defaults") is None:
+            return ("could not be judged: two generators seeded alike gave different draws (see the check of "
+                    "generators seeded alike)")
+        if result != expected:
+            return ("with temperature and top_k left out, the draws differ from those with temperature=1.0 and "
+                    "top_k=None given (from generators seeded alike): the defaults in the signature are "
+                    "temperature=1.0 and top_k=None")
         return None
     if isinstance(expected, dict) and "same" in expected:
         if result != expected:

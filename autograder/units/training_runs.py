@@ -778,7 +778,8 @@ def diagnose_loop(result, expected) -> str | None:
                 return (f"after {RECIPE['total_steps']} steps from the grader's start and seed, the model's "
                         f"predictions differ from the reference's by up to {gap}: follow the notebook's recipe "
                         "exactly (seed all three "
-                        "generators; AdamW with betas (0.9, 0.95); each step's lr from lr_at(step, ...); the batch "
+                        "generators; AdamW with betas (0.9, 0.95) and weight_decay=config.weight_decay; each step's "
+                        "lr from lr_at(step, ...); the batch "
                         "from torch.randint(len(train_ids) - C, (B,)); zero_grad, backward, clip_grad_norm, "
                         "step, in that order)")
             return (f"the weights left in the model after early stopping predict differently from the "
@@ -892,13 +893,14 @@ def load_with(rng="all", step_offset=0, whole=False, removes=False, into_copy=Fa
 
 def loop_with(clip=True, constant_lr=False, eval_from_zero=False, patience_extra=0, restore_best=True,
               zero_grad_after_backward=False, reseed_on_resume=False, lr_from_one=False, save_before_eval=False,
-              history_saved=True, clears_config=False):
-    """The reference's recipe with one rule broken (see the misconceptions)."""
+              history_saved=True, clears_config=False, weight_decay="config", betas=(0.9, 0.95)):
+    """The reference's recipe with one rule broken (see the misconceptions). weight_decay: "config"
+    (right), "none" (0) or "default" (AdamW's own, 0.01)."""
     def variant(ref, model, train_ids, heldout_ids, config):
         train_ids = torch.as_tensor(train_ids, dtype=torch.long)
         C, B = config.context_length, config.batch_size
-        optimizer = torch.optim.AdamW(model.parameters(), lr=config.max_lr, betas=(0.9, 0.95),
-                                      weight_decay=config.weight_decay)
+        decay = {"config": config.weight_decay, "none": 0.0, "default": 0.01}[weight_decay]
+        optimizer = torch.optim.AdamW(model.parameters(), lr=config.max_lr, betas=betas, weight_decay=decay)
         step, state = 0, {"train_losses": [], "heldout_losses": [], "best_step": 0, "best_loss": math.inf,
                           "best_weights": None, "evals_since_best": 0}
         resuming = bool(config.resume_from)
@@ -992,6 +994,16 @@ MISCONCEPTIONS = (
     Misconception("load_removes_checkpoint", "a load_checkpoint that deletes the file it read",
                   "Leave the checkpoint where it is: a run may need to resume from it again.",
                   {"load_checkpoint": load_with(removes=True)}),
+    Misconception("train_no_weight_decay", "AdamW without weight decay (config.weight_decay not passed on)",
+                  "Create the optimizer with the config's decay: torch.optim.AdamW(model.parameters(), lr=..., "
+                  "betas=(0.9, 0.95), weight_decay=config.weight_decay).",
+                  {"train_loop": loop_with(weight_decay="none")}),
+    Misconception("train_default_weight_decay", "AdamW's default weight decay (0.01) instead of config.weight_decay",
+                  "AdamW's weight_decay defaults to 0.01; pass weight_decay=config.weight_decay.",
+                  {"train_loop": loop_with(weight_decay="default")}),
+    Misconception("train_default_betas", "AdamW's default betas (0.9, 0.999) instead of the recipe's (0.9, 0.95)",
+                  "Pass betas=(0.9, 0.95) to AdamW: the recipe's second beta forgets old squared gradients faster.",
+                  {"train_loop": loop_with(betas=(0.9, 0.999))}),
     Misconception("train_no_clipping", "no gradient clipping before the optimizer step",
                   "Call clip_grad_norm(model.parameters(), config.grad_clip) after loss.backward() and before "
                   "optimizer.step(), every step.",

@@ -758,3 +758,16 @@ def test_a_sampler_with_another_default_temperature_is_told_its_defaults():
                                               "def sample_next(logits, temperature=0.8,"))
     failed = {r.name: r.message for r in results if not r.passed}
     assert list(failed) == ["sample_next/defaults"] and "temperature=1.0" in failed["sample_next/defaults"], failed
+
+
+def test_a_flash_attention_that_drops_the_last_query_tile_is_told_its_loop():
+    """Once told as the output's shape (the fresh set)."""
+    unit = UNITS["07_flash_training"]
+    reference = load_reference(unit.name)
+
+    def flash_attention(q, k, v, causal=True, block_size=64):
+        whole = q.shape[-2] // block_size * block_size  # range(0, T - block_size + 1, block_size)
+        return reference.flash_attention(q[..., :whole, :], k, v, causal, block_size)
+
+    where = located(unit, unit.part("flash_attention"), dict(vars(reference), flash_attention=flash_attention))
+    assert where is not None and where.startswith("the query tiles' loop."), where

@@ -353,6 +353,12 @@ def _locate_attention(call, flash: bool) -> str | None:
     uniform = np.full((T, T), 1 / T)
     weights, got = _weights(call, *_raw(), causal=False, flash=flash)
     if weights is None:
+        shape = tuple(getattr(got, "shape", ()))
+        if flash and len(shape) == 4 and shape[-1] == d and 0 < shape[-2] < T and shape[-2] % LOCATE_BLOCK == 0:
+            return (f"the query tiles' loop. With T = {T} and block_size = {LOCATE_BLOCK} the output has {T} rows; "
+                    f"yours has {shape[-2]}: the last, partial tile of queries (rows {shape[-2]} to {T - 1}) is left "
+                    "out. Loop over query tiles up to T (range(0, T, block_size)), slicing each with "
+                    "min(T, start + block_size)")
         return (f"the output. With q, k and v of shape (1, 1, {T}, {d}) the output has v's shape, (1, 1, {T}, {d}); "
                 f"yours is {what(got)}")
     if flash and not np.all(np.isfinite(weights)):

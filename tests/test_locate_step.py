@@ -771,3 +771,16 @@ def test_a_flash_attention_that_drops_the_last_query_tile_is_told_its_loop():
 
     where = located(unit, unit.part("flash_attention"), dict(vars(reference), flash_attention=flash_attention))
     assert where is not None and where.startswith("the query tiles' loop."), where
+
+
+def test_an_attention_module_that_keeps_the_head_size_as_n_heads_is_told_the_number_of_heads():
+    """Once told as the scale (the fresh set)."""
+    unit = UNITS["04_block"]
+    reference = load_reference(unit.name)
+
+    class HeadSizeAsHeads(reference.MultiHeadAttention):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, d_model // n_heads)
+
+    where = located(unit, unit.part("MultiHeadAttention"), dict(vars(reference), MultiHeadAttention=HeadSizeAsHeads))
+    assert where is not None and where.startswith("the number of heads."), where

@@ -1400,6 +1400,11 @@ def _differs(got, want) -> str | None:
 def locate_attention_module(api) -> str | None:
     T, d, heads = 8, 8, 2
     ctor, x = (d, heads), torch.eye(T, dtype=torch.float64)[None]  # x = I: position t is e_t
+    kept = api.attr(api.new("MultiHeadAttention", *ctor), "n_heads")
+    if kept != heads:  # every head's slice of the projections is then another: say that first
+        return (f"the number of heads. MultiHeadAttention({d}, {heads}) keeps n_heads = {heads} and splits d_model "
+                f"into {heads} heads of d_model // n_heads = {d // heads}; yours keeps n_heads = {kept!r} (the head "
+                "size in its place?)")
     state = _zeroed("MultiHeadAttention", ctor)
     state["v_proj.weight"] = torch.eye(d, dtype=torch.float64)
     state["out_proj.weight"] = torch.eye(d, dtype=torch.float64)

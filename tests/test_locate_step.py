@@ -39,7 +39,7 @@ UNIT_01_STEPS = {
         "returns_scores_not_weights": "the softmax.", "mask_after_softmax": "the mask.",
         "mask_inverted": "the mask's meaning", "mask_boolean_index_no_broadcast": None, "mask_ignored": "the mask.",
         "mask_added_to_scores": "the mask.", "mask_truth_tested": None, "mask_filled_with_zero": "the mask.",
-        "batched_transpose_with_T": "batch axes",
+        "batched_transpose_with_T": "the keys' transpose",
     },
     "self_attention": {
         "no_scaling": "the scale", "scale_by_dk": "the scale", "scale_multiplied": "the scale",
@@ -784,3 +784,23 @@ def test_an_attention_module_that_keeps_the_head_size_as_n_heads_is_told_the_num
 
     where = located(unit, unit.part("MultiHeadAttention"), dict(vars(reference), MultiHeadAttention=HeadSizeAsHeads))
     assert where is not None and where.startswith("the number of heads."), where
+
+
+@pytest.mark.parametrize("slip, step", [("axis=1", "the softmax's axis."), ("Q.shape[1]", "the scale.")])
+def test_an_axis_counted_from_the_front_is_told_which_one(slip, step):
+    """Right on one set of queries, wrong on a batch: once told as the keys' transpose whatever the
+    axis (the fresh set)."""
+    unit = UNITS["01_attention"]
+    namespace = dict(vars(load_reference(unit.name)))
+    axis, d_k = ("1", "Q.shape[-1]") if slip == "axis=1" else ("-1", "Q.shape[1]")
+    exec(compile(f"""
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt({d_k})
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    e = np.exp(scores - scores.max(axis={axis}, keepdims=True))
+    weights = e / e.sum(axis={axis}, keepdims=True)
+    return weights @ V, weights
+""", "answer", "exec"), namespace)  # the course's own test code
+    where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
+    assert where is not None and where.startswith(step), where

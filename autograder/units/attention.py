@@ -323,14 +323,28 @@ def locate_attention(call) -> str | None:
         out, weights = _pair(call(Qb, Kb, np.stack([V, V])))
     except StepFailed as err:
         weights = err
-    want = exact_softmax(Qb @ np.swapaxes(Kb, -1, -2) / np.sqrt(2))
+    scores = Qb @ np.swapaxes(Kb, -1, -2)
+    want = exact_softmax(scores / np.sqrt(2))
     if not close(weights if isinstance(weights, np.ndarray) else None, want):
+        setting = "One set of queries alone is right, but with Q (2, 3, 2) and K (2, 2, 2) (a batch of 2)"
+        got = weights if isinstance(weights, np.ndarray) and weights.shape == want.shape else None
+        # Axes counted from the front read other axes once a batch axis is in front: which one?
+        misreads = (
+            ("the keys' transpose", exact_softmax(Qb @ Kb.T / np.sqrt(2)) if Kb.T.shape == Kb.shape else None,
+             "transpose only K's last two axes (np.swapaxes(K, -1, -2)), not every axis (K.T)"),
+            ("the softmax's axis", exact_softmax(scores / np.sqrt(2), axis=1),
+             "the softmax runs over axis 1, the queries once a batch axis is in front: use axis=-1, the keys"),
+            ("the scale", exact_softmax(scores / np.sqrt(Qb.shape[1])),
+             "d_k read from Q.shape[1], the number of queries once a batch axis is in front: d_k = Q.shape[-1]"),
+        )
+        for step, theirs, fix in misreads:
+            if got is not None and theirs is not None and close(got, theirs):
+                return f"{step}. {setting}, your weights are those where {fix}"
         told = f"raised {weights}" if isinstance(weights, StepFailed) else (
-            "gave other weights" if isinstance(weights, np.ndarray) and weights.shape == want.shape else
-            f"gave weights {what(weights)}")
-        return ("batch axes. One set of queries alone is right, but with Q (2, 3, 2) and K (2, 2, 2) (a batch of 2) "
-                f"it {told}, where each batch item's weights, shape (2, 3, 2), are its own queries' against its own "
-                "keys: transpose only K's last two axes (np.swapaxes(K, -1, -2)), not every axis (K.T)")
+            "gave other weights" if got is not None else f"gave weights {what(weights)}")
+        return (f"batch axes. {setting} it {told}, where each batch item's weights, shape (2, 3, 2), are its own "
+                "queries' against its own keys: count every axis you use from the end (-1, -2), so that axes in "
+                "front change nothing (np.swapaxes(K, -1, -2), not K.T; softmax over axis -1; d_k = Q.shape[-1])")
     return None
 
 

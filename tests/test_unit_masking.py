@@ -345,3 +345,35 @@ def test_each_new_oracle_case_catches_a_detector_the_others_pass(ref, unit, case
     exec(compile(source, "detector", "exec"), namespace)  # the course's own test code, trusted
     failed = {r.name.split("/")[1] for r in grade_part(unit, "looks_causal", namespace) if not r.passed}
     assert failed == {case.strip()}, failed
+
+
+def test_an_attention_that_exponentiates_unshifted_scores_fails_on_large_ones(ref, unit):
+    """Full marks once (the fresh set): the scores were never large enough to overflow exp."""
+    def causal_self_attention(x, W_q, W_k, W_v):
+        q, k, v = x @ W_q, x @ W_k, x @ W_v
+        n = x.shape[-2]
+        scores = np.where(np.tril(np.ones((n, n), dtype=bool)), q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]),
+                          -np.inf)
+        with np.errstate(over="ignore", invalid="ignore"):
+            e = np.exp(scores)
+            return (e / e.sum(axis=-1, keepdims=True)) @ v
+
+    results = grade_part(unit, "causal_self_attention",
+                         namespace_with(ref, causal_self_attention=causal_self_attention))
+    failed = {r.name: r.message for r in results if not r.passed}
+    assert list(failed) == ["causal_self_attention/long_sharp"] and "overflow in exp" in failed[
+        "causal_self_attention/long_sharp"], failed
+
+
+def test_tokens_reshaped_in_place_are_told_so(ref, unit):
+    """`tokens.shape = (-1, n)` changes the caller's array: full marks once (the fresh set)."""
+    def next_token_pairs(tokens):
+        n = tokens.shape[-1]
+        lead = tokens.shape[:-1]
+        tokens.shape = (-1, n)
+        return tokens[:, :-1].reshape(*lead, n - 1), tokens[:, 1:].reshape(*lead, n - 1)
+
+    results = grade_part(unit, "next_token_pairs", namespace_with(ref, next_token_pairs=next_token_pairs))
+    failed = {r.name: r.message for r in results if not r.passed}
+    assert list(failed) == ["next_token_pairs/inputs_unchanged"] and "changed the shape" in failed[
+        "next_token_pairs/inputs_unchanged"], failed

@@ -304,6 +304,12 @@ def judge_unchanged(check: Check, inputs: Inputs, outcome: Outcome) -> tuple[boo
     if outcome.error is not None and not (isinstance(outcome.args_after, tuple | list) and outcome.args_after):
         return False, f"{check.what}: raised {outcome.error}"
     if not unchanged:
+        reshaped = any(getattr(after, "shape", None) != getattr(given, "shape", None)
+                       for after, given in zip(outcome.args_after or (), inputs.args, strict=False))
+        if reshaped:
+            return False, (f"{check.what}: your function changed the shape of an input array in place "
+                           "(`x.shape = ...` or `x.resize(...)` on an argument): reshape a view instead, "
+                           "`x = x.reshape(...)`")
         return False, (f"{check.what}: your function changed its input arrays in place "
                        "(use `x = x - ...` rather than `x -= ...` on an argument)")
     if outcome.error is not None:

@@ -804,3 +804,18 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 """, "answer", "exec"), namespace)  # the course's own test code
     where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
     assert where is not None and where.startswith(step), where
+
+
+def test_a_softmax_that_swaps_its_axis_back_fails_on_the_first_of_three():
+    """np.moveaxis(x, axis, -1) undone with np.swapaxes kept full marks (the fresh set): the two
+    agree for axis=1 of three axes, and on two axes."""
+    unit = UNITS["01_attention"]
+    namespace = dict(vars(load_reference(unit.name)))
+    exec(compile("""
+def softmax(x, axis=-1):
+    moved = np.moveaxis(np.asarray(x, dtype=float), axis, -1)
+    e = np.exp(moved - moved.max(axis=-1, keepdims=True))
+    return np.swapaxes(e / e.sum(axis=-1, keepdims=True), axis, -1)
+""", "answer", "exec"), namespace)  # the course's own test code
+    failed = [r.name for r in grade_part(unit, "softmax", InProcessStudent(namespace)) if not r.passed]
+    assert failed == ["softmax/first_axis"], failed

@@ -1397,9 +1397,31 @@ def _differs(got, want) -> str | None:
     return f"yours differs from it by up to {float(np.nanmax(np.abs(got - want))):.3g}"
 
 
+def _float32_somewhere(api, cls_name: str, ctor: tuple) -> str | None:
+    """Whether the module, in float64 on random weights and input, is right only to float32's
+    precision (a .float(), or a tensor made without the input's dtype, inside): said first, since
+    every later setting would then differ by rounding and blame its own step."""
+    generator = torch.Generator().manual_seed(5)
+    state = {k: torch.randn(v.shape, generator=generator, dtype=torch.float64) * 0.5
+             for k, v in _zeroed(cls_name, ctor).items()}
+    x = torch.randn(2, 6, ctor[0], generator=generator, dtype=torch.float64)
+    got, want = _module_output(api, cls_name, ctor, state, x), _reference_output(cls_name, ctor, state, x)
+    if got is None or got.shape != want.shape or np.allclose(got, want, rtol=1e-10, atol=1e-12):
+        return None
+    error = float(np.abs(got - want).max() / max(np.abs(want).max(), 1e-12))
+    if 1e-9 < error < 1e-4:
+        return (f"the precision. In float64 (weights and x), your output is right only to about {error:.1g} of its "
+                "size, float32's rounding: something inside computes in float32 (a .float(), or a tensor made without "
+                "dtype=x.dtype); keep every step in the input's dtype")
+    return None
+
+
 def locate_attention_module(api) -> str | None:
     T, d, heads = 8, 8, 2
     ctor, x = (d, heads), torch.eye(T, dtype=torch.float64)[None]  # x = I: position t is e_t
+    precision = _float32_somewhere(api, "MultiHeadAttention", ctor)
+    if precision:
+        return precision
     kept = api.attr(api.new("MultiHeadAttention", *ctor), "n_heads")
     if kept != heads:  # every head's slice of the projections is then another: say that first
         return (f"the number of heads. MultiHeadAttention({d}, {heads}) keeps n_heads = {heads} and splits d_model "

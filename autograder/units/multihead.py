@@ -317,6 +317,9 @@ FLOPS_PIECES = (
         "scores are n x d_head times d_head x n")),
     (lambda n, d, h: 2 * n * n * (d - d // h), (-1,), lambda k, sign: (
         f"{_times(k, 'a product', 'products')} over the heads counted for one head only: every head does one")),
+    (lambda n, d, h: n * n * h, (1,), lambda k, sign: (
+        f"{MANY[k]} FLOP{'s' if k > 1 else ''} for every score (n^2 a head): the scaling, the mask or the softmax "
+        "counted; only the matrix products are counted here")),
 )
 
 

@@ -181,6 +181,13 @@ def _copy_tree(source_fd: int, target: str) -> None:
                 os.close(source)
 
 
+def _mounts_under(folder: str) -> list[str]:
+    """The mount points strictly under `folder` in this process's mount namespace."""
+    with open("/proc/self/mountinfo") as f:
+        points = [line.split()[4].replace("\\040", " ") for line in f]
+    return [point for point in points if point.startswith(folder.rstrip("/") + "/")]
+
+
 def _loopback_up() -> None:
     import fcntl
     import struct
@@ -218,6 +225,13 @@ def serve(control_fd: int, tmp_bytes: int, processes: int, imports: list[str], r
     if threads != 1:  # a fork copies one thread: another one's locks would stay held in the child
         control.send(f"unfit: {threads} threads after the imports".encode())
         return 1
+    for folder in PRIVATE_FOLDERS:
+        held = _mounts_under(folder)
+        if held:  # each fork's private folder would hide them (and copying them filled it: ENOSPC)
+            control.send(f"unfit: {folder} holds what the sandbox mounted there ({held[0]}: the course or its "
+                         f"Python environment lives under {folder}), which a fork's private {folder} would "
+                         "hide".encode())
+            return 1
     # What the forks share stays shared: a child's garbage collections leave these objects alone
     # (walking them would copy every page they sit on).
     gc.collect()

@@ -834,3 +834,12 @@ def test_an_attention_module_that_rounds_to_float32_is_told_its_precision():
 
     where = located(unit, unit.part("MultiHeadAttention"), dict(vars(reference), MultiHeadAttention=Float32Inside))
     assert where is not None and where.startswith("the precision."), where
+
+
+def test_a_trainer_with_another_default_lr_is_told_its_defaults_and_given_no_name():
+    """lr=3e-4 as the default was named train_no_zero_grad (the fresh set): both only train slowly.
+    The seed check's run with the defaults given tells them apart."""
+    source = TRAINER.read_text().replace("lr=3e-3, seed=0", "lr=3e-4, seed=0")
+    results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source)}
+    assert not results["train/seed"].passed and "the defaults in the signature" in results["train/seed"].message
+    assert not any(r.misconception for r in results.values()), {n: r.misconception for n, r in results.items()}

@@ -152,7 +152,8 @@ def graded() -> Unit:
     # batches, and progress is told every step, counted from 1, with the loss train returns.
     TRAIN_CHECKS += (
         Check("seed", f"{SEED_STEPS} steps from one start, twice with seed=11 and once with seed=12: the same seed "
-              "gives the same losses, another seed other batches", 0.5, train_inputs(SEED_STEPS, 11),
+              "gives the same losses (with batch_size and lr left out or given as their defaults), another seed other "
+              "batches", 0.5, train_inputs(SEED_STEPS, 11),
               probe=seed_probe("seed"), oracle=facet_oracle),
         Check("progress", f"progress(step, loss) is called after each of those {SEED_STEPS} steps, step counted "
               "from 1, with the loss of that step", 0.5, train_inputs(SEED_STEPS, 11),
@@ -689,7 +690,8 @@ def seed_probe(which: str):
 
 def seed_runs(api, inputs: Inputs) -> tuple:
     """(losses with the check's seed and the progress calls seen, the same again without progress,
-    losses with the next seed), each run from the check's start; once per submission."""
+    losses with the next seed, the check's seed with batch_size and lr given as their defaults),
+    each run from the check's start; once per submission."""
     owner = getattr(api, "student", None)
     if owner is not None and owner in _SEED_RUNS:
         return _SEED_RUNS[owner]
@@ -703,7 +705,7 @@ def seed_runs(api, inputs: Inputs) -> tuple:
 
     seen = []
     first = run(seed, progress=lambda step, loss: seen.append((step, loss)))
-    runs = ((first, seen), run(seed), run(seed + 1))
+    runs = ((first, seen), run(seed), run(seed + 1), run(seed, batch_size=16, lr=3e-3))
     if owner is not None:
         _SEED_RUNS[owner] = runs
     return runs
@@ -716,12 +718,12 @@ def _floats(losses, steps) -> list[float] | None:
     return None
 
 
-def seed_facet(which: str, first, again, other, inputs: Inputs) -> dict:
+def seed_facet(which: str, first, again, other, given, inputs: Inputs) -> dict:
     (losses, seen), steps, seed = first, inputs.kwargs["steps"], inputs.kwargs["seed"]
-    runs = [_floats(run, steps) for run in (losses, again, other)]
+    runs = [_floats(run, steps) for run in (losses, again, other, given)]
     if any(run is None for run in runs):
         return facet(False, "format", f"could not be judged: train should return a list of {steps} finite floats")
-    losses, again, other = runs
+    losses, again, other, given = runs
     if which == "seed":
         if not np.allclose(losses, again, rtol=1e-5, atol=1e-6):
             return facet(False, "unseeded",
@@ -733,6 +735,10 @@ def seed_facet(which: str, first, again, other, inputs: Inputs) -> dict:
                          f"runs with seed={seed} and seed={seed + 1} from the same start returned the same losses: "
                          "the batches do not depend on `seed`. Seed the generator that draws them with it "
                          "(torch.Generator().manual_seed(seed)), not with a constant")
+        if not np.allclose(again, given, rtol=1e-5, atol=1e-6):
+            return facet(False, "defaults",
+                         f"with seed={seed}, the losses differ when batch_size=16 and lr=3e-3 are given from when they "
+                         "are left out: the defaults in the signature are batch_size=16 and lr=3e-3")
         return facet(True, None)
     want = list(range(1, steps + 1))
     steps_seen = [step for step, _ in seen] if all(isinstance(c, tuple) and len(c) == 2 for c in seen) else None

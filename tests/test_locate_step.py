@@ -281,6 +281,13 @@ def graded_in_worker(unit, part_name: str, source: str) -> list:
         student.close()
 
 
+def reference_with(unit, source: str) -> dict:
+    """The unit's reference namespace with `source` (the course's own test code, trusted) run in it."""
+    namespace = dict(vars(load_reference(unit.name)))
+    exec(compile(source, "answer", "exec"), namespace)
+    return namespace
+
+
 def located(unit, part, namespace, student=None) -> str | None:
     """The step `part`'s locator finds in `namespace` (trusted code), or in `student` (a worker)."""
     ref = load_reference(unit.name)
@@ -508,8 +515,7 @@ def test_a_softmax_over_the_queries_is_not_told_as_the_mask():
     """Unit 02 catalogues no softmax-axis slip; its weights' rows do not sum to 1, as a mask applied
     after the softmax would make them, but their columns do (found by the fresh set)."""
     unit = UNITS["02_masking"]
-    namespace = dict(vars(load_reference(unit.name)))
-    exec(compile(SOFTMAX_OVER_QUERIES_02, "answer", "exec"), namespace)  # the course's own test code
+    namespace = reference_with(unit, SOFTMAX_OVER_QUERIES_02)
     where = located(unit, unit.part("causal_self_attention"), namespace)
     assert where is not None and where.startswith("the softmax's axis:"), where
 
@@ -529,8 +535,7 @@ def test_an_attention_that_is_always_causal_is_told_the_causal_flag(part_name):
 def test_weights_returned_from_before_the_mask_are_told_as_such():
     """The output mixed with the masked weights, the weights returned from before the mask (the fresh set)."""
     unit = UNITS["01_attention"]
-    namespace = dict(vars(load_reference(unit.name)))
-    exec(compile("""
+    namespace = reference_with(unit, """
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
     unmasked = softmax(scores)
@@ -538,7 +543,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
         scores = np.where(mask, scores, -np.inf)
     weights = softmax(scores)
     return weights @ V, unmasked
-""", "answer", "exec"), namespace)  # the course's own test code
+""")
     where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
     assert where is not None and where.startswith("the weights returned."), where
 
@@ -682,15 +687,14 @@ def test_a_trainer_that_ignores_its_seed_or_miscounts_progress_is_told_so(change
 def test_a_mask_read_transposed_is_told_as_the_masks_axes():
     """Once told as the fill value (the fresh set): the weights follow mask.T, filled with -1e9."""
     unit = UNITS["01_attention"]
-    namespace = dict(vars(load_reference(unit.name)))
-    exec(compile("""
+    namespace = reference_with(unit, """
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
     if mask is not None:
         scores = np.where(np.swapaxes(mask, -1, -2), scores, -1e9)
     weights = softmax(scores)
     return weights @ V, weights
-""", "answer", "exec"), namespace)  # the course's own test code
+""")
     where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
     assert where is not None and where.startswith("the mask's axes."), where
 
@@ -737,8 +741,7 @@ def test_causal_self_attention_with_another_scale_is_told_what_it_divides_by(sca
     """A scale of sqrt(d_model) got only "the output differs" (the fresh set): with W_q = W_k = 0 the
     scale never shows, so one more input gives a position a known score."""
     unit = UNITS["02_masking"]
-    namespace = dict(vars(load_reference(unit.name)))
-    exec(compile(f"""
+    namespace = reference_with(unit, f"""
 def causal_self_attention(x, W_q, W_k, W_v):
     q, k, v = x @ W_q, x @ W_k, x @ W_v
     scores = q @ np.swapaxes(k, -1, -2) / {scale}
@@ -746,7 +749,7 @@ def causal_self_attention(x, W_q, W_k, W_v):
     scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
     e = np.exp(scores - scores.max(axis=-1, keepdims=True))
     return (e / e.sum(axis=-1, keepdims=True)) @ v
-""", "answer", "exec"), namespace)  # the course's own test code
+""")
     where = located(unit, unit.part("causal_self_attention"), namespace)
     assert where is not None and where.startswith("the scale:") and read in where, where
 
@@ -793,9 +796,8 @@ def test_an_axis_counted_from_the_front_is_told_which_one(slip, step):
     """Right on one set of queries, wrong on a batch: once told as the keys' transpose whatever the
     axis (the fresh set)."""
     unit = UNITS["01_attention"]
-    namespace = dict(vars(load_reference(unit.name)))
     axis, d_k = ("1", "Q.shape[-1]") if slip == "axis=1" else ("-1", "Q.shape[1]")
-    exec(compile(f"""
+    namespace = reference_with(unit, f"""
 def scaled_dot_product_attention(Q, K, V, mask=None):
     scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt({d_k})
     if mask is not None:
@@ -803,7 +805,7 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
     e = np.exp(scores - scores.max(axis={axis}, keepdims=True))
     weights = e / e.sum(axis={axis}, keepdims=True)
     return weights @ V, weights
-""", "answer", "exec"), namespace)  # the course's own test code
+""")
     where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
     assert where is not None and where.startswith(step), where
 
@@ -812,13 +814,12 @@ def test_a_softmax_that_swaps_its_axis_back_fails_on_the_first_of_three():
     """np.moveaxis(x, axis, -1) undone with np.swapaxes kept full marks (the fresh set): the two
     agree for axis=1 of three axes, and on two axes."""
     unit = UNITS["01_attention"]
-    namespace = dict(vars(load_reference(unit.name)))
-    exec(compile("""
+    namespace = reference_with(unit, """
 def softmax(x, axis=-1):
     moved = np.moveaxis(np.asarray(x, dtype=float), axis, -1)
     e = np.exp(moved - moved.max(axis=-1, keepdims=True))
     return np.swapaxes(e / e.sum(axis=-1, keepdims=True), axis, -1)
-""", "answer", "exec"), namespace)  # the course's own test code
+""")
     failed = [r.name for r in grade_part(unit, "softmax", InProcessStudent(namespace)) if not r.passed]
     assert failed == ["softmax/first_axis"], failed
 

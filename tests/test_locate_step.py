@@ -204,11 +204,11 @@ UNIT_08_STEPS = {
     },
     "train_bpe": {
         "merges_cross_chunks": "the chunks", "tie_smallest_pair": "the tie-break", "tie_first_seen": "the tie-break",
-        "tie_by_ids": None,  # shows only where merged tokens tie, which the locator's texts do not make
+        "tie_by_ids": "the tie-break",  # where merged tokens tie: the replay's first text
         "non_overlapping_counts": "overlapping pairs", "distinct_chunks_once": "the counts' weights",
         "no_early_stop": "stopping early", "merges_up_to_vocab_size": "the number of merges",
         "one_merge_too_many": "the number of merges",
-        "merge_right_to_left": None,  # shows only in the counts after a merge in a run of three or more
+        "merge_right_to_left": "a merge's direction",  # in the counts after a merge in "aaab": the replay
     },
     "encode": {
         "merges_cross_chunks": "the chunks", "merge_right_to_left": "a merge's direction",
@@ -844,3 +844,89 @@ def test_a_trainer_with_another_default_lr_is_told_its_defaults_and_given_no_nam
     results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source)}
     assert not results["train/seed"].passed and "the defaults in the signature" in results["train/seed"].message
     assert not any(r.misconception for r in results.values()), {n: r.misconception for n, r in results.items()}
+
+
+BPE_HELPERS = """
+from collections import Counter
+
+def _merged(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+def _counts(words):
+    counts = Counter()
+    for ids, n in words.items():
+        for pair in zip(ids, ids[1:]):
+            counts[pair] += n
+    return counts
+
+def train_bpe(text, vocab_size):
+    words = Counter(tuple(chunk.encode("utf-8")) for chunk in pretokenize(text))
+    table = {i: bytes([i]) for i in range(256)}
+    merges = []
+    while 256 + len(merges) < vocab_size:
+        counts = _counts(words)
+        if not counts:
+            break
+        pair = max(counts, key=lambda p: (counts[p], table[p[0]], table[p[1]]))
+        if counts[pair] < 2:
+            break
+        merges.append(pair)
+        table[NEW_ID] = table[pair[0]] + table[pair[1]]
+        new_words = Counter()
+        for ids, n in words.items():
+            new_words[tuple(_merged(list(ids), pair, NEW_ID))] += n
+        words = new_words
+    return merges
+
+def encode(text, merges):
+    rank = {pair: i for i, pair in enumerate(merges)}  # a dict: the merges must come as tuples
+    ids = []
+    for chunk in pretokenize(text):
+        seq = list(chunk.encode("utf-8"))
+        while len(seq) >= 2:
+            present = [p for p in zip(seq, seq[1:]) if p in rank]
+            if not present:
+                break
+            pair = min(present, key=rank.get)
+            seq = _merged(seq, pair, 256 + rank[pair])
+        ids += seq
+    return ids
+"""
+NEW_ID_RIGHT = ("NEW_ID", "255 + len(merges)")  # merges.append(pair) came first: the id of merge i is 256 + i
+
+
+@pytest.mark.parametrize("part_name, change, step, told", [
+    ("train_bpe", [NEW_ID_RIGHT, ("255 + len(merges)", "256 + len(merges)")], "the new ids", "one higher"),
+    ("train_bpe", [NEW_ID_RIGHT, ("for pair in zip(ids, ids[1:]):", "for pair in set(zip(ids, ids[1:])):")],
+     "counting the pairs", "each distinct pair counted once per chunk"),
+    ("train_bpe", [NEW_ID_RIGHT, ("            i += 2", "            i += 1")], "replacing the pair",
+     "second id kept"),
+    ("encode", [NEW_ID_RIGHT, ("list(chunk.encode(\"utf-8\"))", "[ord(c) for c in chunk]")], "the bytes",
+     "code points"),
+    ("encode", [NEW_ID_RIGHT, ("while len(seq) >= 2:", "while len(seq) > 2:")], "the merge loop's end",
+     "two ids can become one"),
+    ("encode", [NEW_ID_RIGHT, ("            i += 2", "            i += 1")], "replacing the pair", "skip both ids"),
+    ("encode", [NEW_ID_RIGHT, ("min(present, key=rank.get)", "max(present, key=rank.get)")], "the merge order",
+     "nor the latest learned"),
+])
+def test_a_slip_inside_the_tokenizer_is_told_its_step(part_name, change, step, told):
+    """Each slip changed one line of a tokenizer written otherwise than the reference: train_bpe's
+    merges are replayed merge by merge to the first that departs, and encode is tried on chunks of
+    a few bytes; the right source passes both (the first change alone)."""
+    unit = UNITS["08_training"]
+    right = BPE_HELPERS.replace(*change[0])
+    assert located(unit, unit.part(part_name), reference_with(unit, right)) is None
+    source = right
+    for old, new in change[1:]:
+        assert old in source
+        source = source.replace(old, new)
+    where = located(unit, unit.part(part_name), reference_with(unit, source))
+    assert where is not None and where.startswith(step) and told in where, where

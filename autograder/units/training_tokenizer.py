@@ -22,6 +22,7 @@ check reads the lists as the call left them (`inputs_after`).
 from __future__ import annotations
 
 from collections import Counter
+from functools import partial
 
 import numpy as np
 
@@ -672,17 +673,32 @@ def _as_ids(value) -> list[int] | None:
     return _int_list(value)
 
 
-ENCODE_STEPS = (  # (the step, text, merges as byte strings, what it shows)
+def _code_points(text: str, got) -> bool:
+    return got == [ord(c) for c in text]
+
+
+ENCODE_STEPS = (  # (the step, text, merges as byte strings, what it shows, when it applies)
+    # Told only when the ids are the characters' code points: another slip fails here too.
+    ("the bytes", "日本", [(b"\xe6", b"\x97")], "a chunk starts as its UTF-8 bytes, list(chunk.encode('utf-8')), "
+     "not its characters' code points (ord(c)): 日 is the three bytes e6 97 a5", _code_points),
     ("the chunks", "the cat", [(b"e", b" ")], "a merge never joins two chunks ('the' and ' cat'): pretokenize, then "
-     "merge inside each chunk"),
+     "merge inside each chunk", None),
+    ("replacing the pair", "abab", [(b"a", b"b")], "a merge replaces every occurrence of its pair in the chunk, "
+     "left to right, not only the first", lambda text, got: got == [256, 97, 98]),
+    ("replacing the pair", "abab", [(b"a", b"b")], "after writing the new id, skip both ids of the pair: 'ab' "
+     "becomes [ab], not [ab, b]", lambda text, got: got == [256, 98, 256, 98]),
+    ("replacing the pair", "abab", [(b"a", b"b")], "a merge replaces each occurrence of its pair, left to right, "
+     "with the one new id", None),
     ("the merge order", "bcd", [(b"c", b"d"), (b"b", b"c")], "the merges go in the order they were learned (the "
-     "lowest index first), as training made them, not the leftmost pair first"),
+     "lowest index first), as training made them: not the leftmost pair first, nor the latest learned", None),
     ("the merge order", "abc", [(b"a", b"b"), (b"b", b"c")], "the merges go in the order they were learned (the "
-     "lowest index first), not the last-learned first"),
+     "lowest index first), not the last-learned first", None),
     ("a merge's direction", "aaa", [(b"a", b"a")], "a merge joins the pairs left to right, as training did: 'aaa' "
-     "becomes [aa, a]"),
+     "becomes [aa, a]", None),
     ("the merge order", "abcbcbc", [(b"a", b"b"), (b"b", b"c")], "the merges go in the order they were learned, "
-     "however often a pair occurs in the text (or the chunk) being encoded"),
+     "however often a pair occurs in the text (or the chunk) being encoded", None),
+    ("the merge loop's end", "ab", [(b"a", b"b")], "a chunk is merged for as long as it holds a learned pair, however "
+     "short: two ids can become one (loop while len(ids) >= 2)", None),
 )
 
 
@@ -697,10 +713,10 @@ def _merges_of(pairs) -> list[tuple[int, int]]:
 
 def locate_encode(call) -> str | None:
     ref = load_reference("08_training")
-    for step, text, pairs, fix in ENCODE_STEPS:
-        merges = _merges_of(pairs)
-        want, got = ref.encode(text, merges), _as_ids(call(text, [list(m) for m in merges]))
-        if got != want:
+    for step, text, pairs, fix, applies in ENCODE_STEPS:
+        merges = _merges_of(pairs)  # as train_bpe gives them: a list of (id_a, id_b) tuples
+        want, got = ref.encode(text, merges), _as_ids(call(text, list(merges)))
+        if got != want and (applies is None or applies(text, got)):
             learned = ", ".join(f"({a!r}, {b!r})" for a, b in pairs)
             return (f"{step}. With the merges [{learned}] (learned in that order, ids 256 on), {text!r} encodes as "
                     f"{want}; yours gives {_short(got) if got is not None else describe(got)}: {fix}")
@@ -717,7 +733,7 @@ def locate_decode(call) -> str | None:
             ("invalid bytes", [0xFF, ord("a")], "\ufffda", 'bytes that are not UTF-8 become U+FFFD: '
              'bytes.decode("utf-8", errors="replace"), not "ignore", not strict')):
         try:
-            got = call(ids, [list(m) for m in merges])
+            got = call(ids, list(merges))
         except StepFailed as err:
             got = f"an error: {err}"
         if got != want:
@@ -754,7 +770,127 @@ def locate_train_bpe(call) -> str | None:
             shown_got = _short(pairs[:6] + (["..."] if len(pairs) > 6 else [])) if pairs is not None else _short(got)
             return (f"{step}. train_bpe({text!r}, {vocab_size}) learns {[tuple(m) for m in want]}; yours "
                     f"{shown_got} ({len(pairs) if pairs is not None else 'no'} merges): {fix}")
+    for text, vocab_size in REPLAY_TEXTS:
+        got = call(text, vocab_size)
+        if isinstance(got, list | tuple) and all(isinstance(p, list | tuple) and len(p) == 2 for p in got):
+            located = located_merge(ref, text, vocab_size, [tuple(p) for p in got])
+            if located:
+                return located
     return None
+
+
+def merge_pair_without_skip(ids, pair, new_id):
+    """A merge that steps one place on after a replacement, keeping the pair's second id: "ab" -> [ab, b]."""
+    out = []
+    for i, x in enumerate(ids):
+        out.append(new_id if i + 1 < len(ids) and (x, ids[i + 1]) == pair else x)
+    return out
+
+
+def merge_first_only(ids, pair, new_id):
+    """A merge that replaces the first occurrence of the pair only."""
+    for i in range(len(ids) - 1):
+        if (ids[i], ids[i + 1]) == pair:
+            return ids[:i] + [new_id] + ids[i + 2:]
+    return list(ids)
+
+
+def count_once_per_chunk(words) -> Counter:
+    """Each distinct pair counted once per chunk, however often it occurs there."""
+    counts = Counter()
+    for ids, n in words:
+        for pair in dict.fromkeys(_pairs(ids)):
+            counts[pair] += n
+    return counts
+
+
+# How a merge can be chosen or made otherwise than the contract's, as (the step, what it does
+# instead, the fix): each a way to count the pairs, or to replace a merged pair, that the replay
+# below tries at the first merge that departs.
+COUNT_READINGS = (
+    ("counting the pairs", "each distinct pair counted once per chunk", count_once_per_chunk,
+     "count every occurrence: 'abab' holds (a, b) twice, 'aaaa' holds (a, a) three times"),
+    ("counting the pairs", "pairs counted without overlap", lambda words: count_pairs(words, overlapping=False),
+     "count every adjacent pair, zip(ids, ids[1:]): the pairs overlap"),
+    ("counting the pairs", "each distinct chunk counted once", lambda words: count_pairs([(i, 1) for i, _ in words]),
+     "weigh each chunk's pairs by how often the chunk occurs in the text"),
+)
+MERGE_READINGS = (
+    ("replacing the pair", "a replaced pair's second id kept (the scan steps one place on, not two)",
+     merge_pair_without_skip, "after writing the new id, skip both ids of the pair: 'ab' becomes [ab], not [ab, b]"),
+    ("replacing the pair", "only the first occurrence in each chunk replaced", merge_first_only,
+     "replace every occurrence of the pair in the chunk, left to right"),
+    ("a merge's direction", "the pairs replaced right to left", partial(merge_pair, right_to_left=True),
+     "replace the pairs left to right, as encode does: 'aaa' becomes [aa, a]"),
+)
+# Texts whose later merges depend on how the earlier ones were counted and made.
+REPLAY_TEXTS = (("abab abab aaaa aaaa abcd abcd abc bcd", 264), ("aaab aaab aaab", 258), (PROSE, 300))
+
+
+def _words(ref, text):
+    return [(list(chunk.encode("utf-8")), n) for chunk, n in Counter(ref.pretokenize(text)).items()]
+
+
+def _replayed(ref, text, merges, merge=merge_pair):
+    """The chunks after `merges`, each made with `merge`."""
+    words = _words(ref, text)
+    for k, pair in enumerate(merges):
+        words = [(merge(ids, pair, 256 + k), n) for ids, n in words]
+    return words
+
+
+def _departure(ref, text, merges):
+    """(k, the contract's pair) at the first of `merges` that the contract would not choose after the
+    ones before it, or None."""
+    table = token_bytes([])
+    words = _words(ref, text)
+    for k, pair in enumerate(merges):
+        counts = count_pairs(words)
+        want = best_pair(counts, table, "bytes") if counts else None
+        if want is None or counts[want] < 2 or pair != want:
+            return k, want, counts
+        table.append(table[pair[0]] + table[pair[1]])
+        words = [(merge_pair(ids, pair, 256 + k), n) for ids, n in words]
+    return None
+
+
+def located_merge(ref, text, vocab_size, got) -> str | None:
+    """The step of the first merge of `got` (train_bpe's merges on `text`) that departs, where one
+    reading of a step explains it: the new ids, the counting, the replacing, or the tie-break."""
+    found = _departure(ref, text, got)
+    if found is None:
+        return None
+    k, want, counts = found
+    pair, before = got[k], got[:k]
+    table = token_bytes(before)
+    if want is None or counts[want] < 2:
+        return None  # stopping, which the steps above show
+    agree = ("your first merge" if k == 0 else "your first merge agrees with the contract's, then merge 1" if k == 1
+             else f"your first {k} merges agree with the contract's, then merge {k}")
+    shown_text = f"{text[:40]!r}{'...' if len(text) > 40 else ''}"
+    setting = f"train_bpe on {shown_text} (vocab_size {vocab_size}): {agree} is {tuple(pair)}"
+    readings = []
+    if any(x >= 256 + k for x in pair) or tuple(x - 1 if x >= 257 else x for x in pair) == want:
+        readings.append(("the new ids", f"where the contract merges {tuple(want)}: merge i makes id 256 + i, so the "
+                         f"ids so far run to {255 + k}; yours names them one higher"))
+    words = _replayed(ref, text, before)
+    for step, what, counting, fix in COUNT_READINGS:
+        other = counting(words)
+        if other and best_pair(other, table, "bytes") == pair:
+            readings.append((step, f"which is the most frequent pair when {what}; the contract's {tuple(want)} "
+                             f"occurs {counts[want]} times, yours {counts[pair]}: {fix}"))
+    for step, what, merge, fix in MERGE_READINGS:
+        other = count_pairs(_replayed(ref, text, before, merge))
+        if other and best_pair(other, table, "bytes") == pair:
+            readings.append((step, f"which is the most frequent pair when {what}: {fix}"))
+    if not readings and counts.get(pair) == counts[want]:
+        readings.append(("the tie-break", f"where the contract merges {tuple(want)}: both occur {counts[want]} times, "
+                         "and of equally frequent pairs the contract takes the greatest (bytes_a, bytes_b), compared "
+                         "as byte strings"))
+    if len({step for step, _ in readings}) != 1:
+        return None  # none fits, or several do: the checks' messages say what differs
+    step = readings[0][0]
+    return f"{step}. {setting}, " + "; or ".join(text for _, text in readings)
 
 
 # ---------------------------------------------------------------- the catalogue

@@ -137,6 +137,15 @@ UNIT_03_STEPS = {
     },
 }
 UNIT_02_STEPS = {
+    "looks_causal": {  # read from the calls a detector makes on causal attention, then from three leaks
+        "detector_exact_equality": "the comparison's tolerance", "detector_loose_tolerance": "the comparison's tolerance",
+        "detector_next_position_only": None,  # changing one later row at a time is a valid design: its comparison
+        # (output i only) misses nothing the three leaks show
+        "detector_only_position_zero": "the split points", "detector_single_fixed_input": "the inputs.",
+        "detector_perturbs_position_i": "the rows you change", "detector_checks_after_i": "the comparison.",
+        "detector_inverted": "the verdict", "detector_skips_output_i": "the comparison.",
+        "detector_never_finds_a_leak": "the calls", "detector_ignores_arguments": "the inputs' shape",
+    },
     "causal_mask": {
         "mask_diagonal_excluded": "the cells", "mask_upper_triangle": "the cells", "mask_one_ahead": "the cells",
         "mask_blocked_convention": "the convention", "mask_all_allowed": "the cells",
@@ -929,4 +938,53 @@ def test_a_slip_inside_the_tokenizer_is_told_its_step(part_name, change, step, t
         assert old in source
         source = source.replace(old, new)
     where = located(unit, unit.part(part_name), reference_with(unit, source))
+    assert where is not None and where.startswith(step) and told in where, where
+
+
+DETECTOR = """
+import numpy as np
+
+def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(trials):
+        x = rng.normal(size=(n, d))
+        base = np.asarray(attn_fn(x))
+        for i in range(n - 1):
+            x2 = x.copy()
+            x2[i + 1:] = rng.normal(size=(n - 1 - i, d))
+            if not np.allclose(np.asarray(attn_fn(x2))[:i + 1], base[:i + 1], rtol=0, atol=1e-9):
+                return False
+    return True
+"""
+
+
+@pytest.mark.parametrize("old, new, step, told", [
+    ("        for i in range(n - 1):", "        for i in range(n - 2):", "the split points", "never i = [4]"),
+    ("    rng = np.random.default_rng(seed)\n    for _ in range(trials):",
+     "    for _ in range(trials):\n        rng = np.random.default_rng(seed)", "the generator", "same x"),
+    ("rng.normal(size=(n - 1 - i, d))", "x[i + 1:] + 1e-6", "the size of the change", "at most 1e-06"),
+    ("    return True", "        return True", "the trials", "tried 1 random input"),
+    ("    rng = np.random.default_rng(seed)\n", "    n, d = d, n\n    rng = np.random.default_rng(seed)\n",
+     "the inputs' shape", "n and d swapped"),
+    ("base[:i + 1]", "base[:i + 1] * (i < n - 2)", "the comparison", "finds a leak in causal attention"),
+    ("            if not np.allclose(", "            leaks = not np.allclose(", None, None),  # made a flag below
+])
+def test_a_leak_detector_is_told_its_step_from_the_calls_it_makes(old, new, step, told):
+    """The detector's attn_fn runs on the grader's side: each input it tries is seen there, and read
+    against the pattern (x, then x with the rows after i changed, for every i, in every trial)."""
+    unit = UNITS["02_masking"]
+    part = unit.part("looks_causal")
+    assert located(unit, part, reference_with(unit, DETECTOR)) is None
+    assert old in DETECTOR
+    source = DETECTOR.replace(old, new)
+    if step is None:  # a flag that a later split sets back: the verdict
+        source = source.replace("base[:i + 1], rtol=0, atol=1e-9):\n                return False",
+                                "base[:i + 1], rtol=0, atol=1e-9)\n    return not leaks")
+        step, told = "the verdict", "misses input 1 read by output 0"
+    student = Student([("answer", source)])
+    student.start()
+    try:
+        where = located(unit, part, None, student)
+    finally:
+        student.close()
     assert where is not None and where.startswith(step) and told in where, where

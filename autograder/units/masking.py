@@ -89,6 +89,7 @@ def graded() -> Unit:
         Part(
             "looks_causal",
             diagnose=diagnose_verdict,
+            locate=locate_looks_causal,
             # A causal verdict counts only if the detector also catches the plain leak, and a leak
             # verdict only if it also passes plain causal attention: a constant answer earns 0.
             checks=tuple(
@@ -634,6 +635,174 @@ def locate_next_token_pairs(call) -> str | None:
 
 # ---------------------------------------------------------------- the wrong variants
 # Each takes the reference namespace first, then the part's own arguments.
+
+
+# looks_causal: every attn_fn a detector is given runs on the grader's side (a callback), so the
+# grader sees each input the detector tries. The calls are read against the contract's pattern
+# (per trial: x, then x with every row after i redrawn, for i = 0..n-2); where they follow it,
+# three leaks of a known reach separate the comparison from the verdict.
+
+
+def leak_from_next(x):
+    """Causal attention, but output i also reads input i + 1 (for every i): a leak every split shows, in output i."""
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=16)
+    out = out.copy()
+    out[..., :-1, :] += 0.5 * v[..., 1:, :]
+    return out
+
+
+def faint_leak(x):
+    """Causal attention with a weight of 1e-6 on the next position: far above round-off, far below 1e-3."""
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=17)
+    out = out.copy()
+    out[..., :-1, :] = (1.0 - 1e-6) * out[..., :-1, :] + 1e-6 * v[..., 1:, :]
+    return out
+
+
+DETECTOR_SETTING = {"n": 6, "d": 3, "trials": 3, "seed": 11}
+OTHER_DESIGN = "another design"  # calls this reading does not follow: nothing is located
+
+
+def _recorded(call, fn, **setting):
+    """(the detector's verdict, the inputs it passed to attn_fn, as it passed them)."""
+    seen = []
+
+    def attn_fn(x):
+        x = np.array(x, dtype=float)  # a copy: what the detector does to x afterwards is not this call's
+        seen.append(x.copy())
+        return fn(x)
+
+    return call(attn_fn, **setting), seen
+
+
+def _trials_of(seen, stopped: bool):
+    """The calls cut into trials, [(x, [changed copies])]: a call that keeps row 0 of the trial's x is a
+    copy; one that keeps nothing is a copy too where the next call keeps row 0 again (x[i:] redrawn
+    at i = 0), or where it is the last call of a detector that `stopped` at a leak (only a copy is
+    compared); otherwise it starts a trial."""
+    trials = []
+    for k, x in enumerate(seen):
+        if trials:
+            base = trials[-1][0]
+            follows = k + 1 < len(seen) and np.array_equal(seen[k + 1][0], base[0])
+            if not np.array_equal(x, base) and (np.array_equal(x[0], base[0]) or follows
+                                                or (stopped and k == len(seen) - 1)):
+                trials[-1][1].append(x)
+                continue
+        trials.append((x, []))
+    return trials
+
+
+def _rows(rows) -> str:
+    rows = sorted(rows)
+    if len(rows) > 2 and rows == list(range(rows[0], rows[-1] + 1)):
+        return f"rows {rows[0]}..{rows[-1]}"
+    return ("row " if len(rows) == 1 else "rows ") + ", ".join(map(str, rows)) if rows else "no row"
+
+
+def _calls_story(seen, n, d, trials, stopped: bool) -> str | None:
+    """The step at which the detector's calls on causal attention depart from the contract's pattern,
+    in a sentence, or None. `stopped`: it answered False, so its calls may end early."""
+    setting = f"With n={n}, d={d}, trials={trials}"
+    if not seen:
+        return (f"the calls. {setting} your detector never called attn_fn: call it on x and on each changed copy, "
+                "and compare the outputs")
+    odd = next((x for x in seen if x.shape != (n, d)), None)
+    if odd is not None:
+        swapped = " (n and d swapped)" if odd.shape == (d, n) else ""
+        return (f"the inputs' shape. {setting} attn_fn should get x of shape (n, d) = ({n}, {d}); yours passed "
+                f"{odd.shape}{swapped}: build x with the n and d you are given")
+    cut = _trials_of(seen, stopped)
+    if any(((c != x).any(axis=-1) != (c != x).all(axis=-1)).any() for x, copies in cut for c in copies):
+        return OTHER_DESIGN  # some entries of a row changed and others not: a design of its own (finite differences?)
+    if all(np.ptp(x) == 0 for x, _ in cut):
+        return (f"the inputs. {setting} your detector's x holds one value everywhere ({cut[0][0].flat[0]:g}): some "
+                "leaks open only for some inputs; draw each trial's x at random (rng.normal, both signs)")
+    if any(np.array_equal(x, earlier) for t, (x, _) in enumerate(cut) for earlier, _ in cut[:t]):
+        return (f"the generator. {setting} your detector tried the same x in more than one trial: make the generator "
+                "once, before the trials (np.random.default_rng(seed) inside the loop starts it afresh each time)")
+    # A changed copy keeps x's rows up to some i and changes either every row after i (the notebook's
+    # way) or one row j > 0 alone (as valid: a leak from any later row shows); any other is wrong.
+    suffixes = [frozenset(range(i + 1, n)) for i in range(n - 1)]
+    singles = [frozenset({j}) for j in range(1, n)]
+    for t, (x, copies) in enumerate(cut):
+        changed = [frozenset(np.flatnonzero((c != x).any(axis=-1)).tolist()) for c in copies]
+        last = stopped and t == len(cut) - 1  # a detector that stopped may end a trial early
+        for k, rows in enumerate(changed):
+            if rows in suffixes or rows in singles:
+                continue
+            if 0 in rows and k == len(changed) - 1 and last and k > 0 and \
+                    (set(changed[:k]) >= set(suffixes) or set(changed[:k]) >= set(singles)):
+                return (f"the baseline. {setting}, after trial {t + 1}'s splits your detector compared a new input "
+                        f"with the output for trial {t + 1}'s x: each trial calls attn_fn on its own x first, and "
+                        "compares its changed copies with that output")
+            return (f"the rows you change. {setting}, in trial {t + 1} each changed copy of x should keep its rows "
+                    f"0..i and redraw the rows after i (for i = 0..{n - 2} in turn); your call {k + 2} of that trial "
+                    f"changed {_rows(rows)}{' of x' if rows else ' (x unchanged)'}"
+                    + (": position i itself must stay as it was" if 0 in rows else ""))
+        size = max((float(np.abs(c - x).max()) for c in copies), default=1.0)
+        if size < 1e-2:
+            return (f"the size of the change. {setting} your changes move the inputs by at most {size:.1g}: a "
+                    "leak's effect on the outputs then shrinks towards round-off; give the positions after i "
+                    "fresh random values (rng.normal)")
+        tried = sorted({min(rows) - 1 for rows in changed})
+        if not last and tried != list(range(n - 1)):
+            missing = sorted(set(range(n - 1)) - set(tried))
+            return (f"the split points. {setting} your detector tried i = {tried} (each time changing the rows after "
+                    f"i) and never i = {missing}: every i from 0 to n - 2 = {n - 2} is a split to try "
+                    "(for i in range(n - 1))")
+    if not stopped and len(cut) != trials:
+        ends = ": does a return (or break) inside the trial loop end it after the first?" if len(cut) == 1 else ""
+        return (f"the trials. {setting} your detector tried {len(cut)} random input{'s' * (len(cut) != 1)}, where "
+                f"trials={trials} asks for {trials}{ends}")
+    return None
+
+
+def locate_looks_causal(call) -> str | None:
+    n, d, trials = DETECTOR_SETTING["n"], DETECTOR_SETTING["d"], DETECTOR_SETTING["trials"]
+    verdict, seen = _recorded(call, causal_attention, **DETECTOR_SETTING)
+    stopped = verdict is False or verdict is np.False_
+    story = _calls_story(seen, n, d, trials, stopped)
+    if story is not None:
+        return None if story is OTHER_DESIGN else story
+    setting = f"Your detector's calls of attn_fn look right (with n={n}, d={d}, trials={trials})"
+    again = _recorded(call, causal_attention, **DETECTOR_SETTING)[1]
+    if len(again) != len(seen) or not all(np.array_equal(a, b) for a, b in zip(again, seen, strict=False)):
+        return (f"the generator. {setting}, but two runs with seed={DETECTOR_SETTING['seed']} tried different "
+                "inputs: draw every random number from one np.random.default_rng(seed), not from np.random's "
+                "global generator")
+    other = _recorded(call, causal_attention, **{**DETECTOR_SETTING, "seed": DETECTOR_SETTING["seed"] + 1})[1]
+    if len(other) == len(seen) and all(np.array_equal(a, b) for a, b in zip(other, seen, strict=False)):
+        return (f"the seed. {setting}, but seed={DETECTOR_SETTING['seed']} and seed={DETECTOR_SETTING['seed'] + 1} "
+                "tried the same inputs: make the generator with the seed you are given")
+    if stopped and len(seen) == n * trials:
+        return (f"the verdict. {setting} and sees no change in causal attention, yet answers False: return True when "
+                "no split of any trial changed an output up to i, False as soon as one did")
+    if stopped:
+        return (f"the comparison. {setting}, yet it finds a leak in causal attention (after its call "
+                f"{len(seen)}): compare outputs 0..i only (out[:i + 1]) with the same rows of the output for x, with "
+                "a tolerance for round-off only (atol about 1e-9)")
+    caught = {fn.__name__: call(fn, **DETECTOR_SETTING) in (False, np.False_)
+              for fn in (next_into_first, last_into_second_last, leak_from_next, faint_leak, causal_with_roundoff)}
+    if caught.pop("causal_with_roundoff"):
+        return (f"the comparison's tolerance. {setting}, yet it finds a leak in a causal function whose outputs "
+                "move by float round-off only (about 1e-16): compare with a tiny tolerance, np.allclose(a, b, rtol=0, "
+                "atol=1e-9), not exact equality")
+    if all(caught.values()):
+        return None
+    if not caught.pop("faint_leak") and all(caught.values()):
+        return (f"the comparison's tolerance. {setting}, and it finds leaks of weight 0.5, but misses one of weight "
+                "1e-6 (it moves earlier outputs by about 1e-6): only round-off should pass, np.allclose(a, b, rtol=0, "
+                "atol=1e-9)")
+    if caught["leak_from_next"]:
+        missed = [f"{what} (it shows at split i = {i} only)" for name, what, i in (
+            ("next_into_first", "input 1 read by output 0", 0),
+            ("last_into_second_last", f"input {n - 1} read by output {n - 2}", n - 2)) if not caught[name]]
+        return (f"the verdict. {setting}, and it finds a leak that shows at every split, but misses "
+                f"{' and '.join(missed)}: answer False as soon as any split of any trial shows a change; a later "
+                "split must not set the answer back to True, and the splits combine with any, not all")
+    return (f"the comparison. {setting}, but misses a leak of input i + 1 into output i (for every i), which "
+            "every split shows in output i itself: compare every output up to and including i, out[:i + 1]")
 
 
 def mask_variant(make):

@@ -138,7 +138,8 @@ UNIT_03_STEPS = {
 }
 UNIT_02_STEPS = {
     "looks_causal": {  # read from the calls a detector makes on causal attention, then from three leaks
-        "detector_exact_equality": "the comparison's tolerance", "detector_loose_tolerance": "the comparison's tolerance",
+        "detector_exact_equality": "the comparison's tolerance",
+        "detector_loose_tolerance": "the comparison's tolerance",
         "detector_next_position_only": None,  # changing one later row at a time is a valid design: its comparison
         # (output i only) misses nothing the three leaks show
         "detector_only_position_zero": "the split points", "detector_single_fixed_input": "the inputs.",

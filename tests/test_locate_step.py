@@ -989,3 +989,53 @@ def test_a_leak_detector_is_told_its_step_from_the_calls_it_makes(old, new, step
     finally:
         student.close()
     assert where is not None and where.startswith(step) and told in where, where
+
+
+FLASH = """
+import math
+import torch
+
+def flash_attention(q, k, v, causal=True, block_size=64):
+    T, d = q.shape[-2], q.shape[-1]
+    out = torch.empty_like(q)
+    for qs in range(0, T, block_size):
+        qe = min(qs + block_size, T)
+        m = torch.full(q.shape[:-2] + (qe - qs, 1), -math.inf, dtype=q.dtype)
+        l = torch.zeros_like(m)
+        acc = torch.zeros(q.shape[:-2] + (qe - qs, d), dtype=q.dtype)
+        for ks in range(0, qe if causal else T, block_size):
+            ke = min(ks + block_size, T)
+            s = q[..., qs:qe, :] @ k[..., ks:ke, :].transpose(-2, -1) / math.sqrt(d)
+            if causal:
+                hide = torch.arange(ks, ke)[None, :] > torch.arange(qs, qe)[:, None]
+                s = s.masked_fill(hide, -math.inf)
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))
+            p = torch.exp(s - m_new)
+            rescale = torch.exp(m - m_new)
+            l = rescale * l + p.sum(dim=-1, keepdim=True)
+            acc = rescale * acc + p @ v[..., ks:ke, :]
+            m = m_new
+        out[..., qs:qe, :] = acc / l
+    return out
+"""
+
+
+@pytest.mark.parametrize("old, new, step", [
+    ("torch.full(q.shape[:-2] + (qe - qs, 1), -math.inf", "torch.full(q.shape[:-2] + (qe - qs, 1), 0.0",
+     "the running maximum's start."),
+    ("            m = m_new", "            m = s.amax(dim=-1, keepdim=True)", "the running maximum."),
+    ("range(0, qe if causal else T, block_size)", "range(0, qe, block_size)", "the key tiles' loop."),
+    ("    for qs in range(0, T, block_size):\n        qe = min(qs + block_size, T)",
+     "    for qs in range(0, T - block_size + 1, block_size):\n        qe = qs + block_size",
+     "the last, partial tile."),
+])
+def test_a_slip_inside_flash_attention_is_told_its_step(old, new, step):
+    """Each slip in a flash attention written otherwise than the reference, read on scores made to
+    show it: all very negative (the maximum's start), tiles that peak high, low, then middling (the
+    running maximum), no mask (the key tiles' loop), T not a multiple of the tile (the last tile)."""
+    unit = UNITS["07_flash_training"]
+    part = unit.part("flash_attention")
+    assert located(unit, part, reference_with(unit, FLASH)) is None
+    assert old in FLASH
+    where = located(unit, part, reference_with(unit, FLASH.replace(old, new)))
+    assert where is not None and where.startswith(step), where

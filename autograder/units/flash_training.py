@@ -362,6 +362,15 @@ def _locate_attention(call, flash: bool) -> str | None:
                     "min(T, start + block_size)")
         return (f"the output. With q, k and v of shape (1, 1, {T}, {d}) the output has v's shape, (1, 1, {T}, {d}); "
                 f"yours is {what(got)}")
+    partial = T % LOCATE_BLOCK  # the last tile's positions: T - partial .. T - 1
+    rows_right = np.array([close(row, uniform[0]) for row in np.nan_to_num(weights, nan=-1.0)])
+    keys_left_out = np.allclose(np.nan_to_num(weights[:T - partial, T - partial:], nan=1.0), 0)
+    if flash and partial and not rows_right[T - partial:].any() and (rows_right[:T - partial].all() or (
+            keys_left_out and np.isfinite(weights[:T - partial]).all())):
+        return (f"the last, partial tile. With T = {T} and block_size = {LOCATE_BLOCK} the last tile holds {partial} "
+                f"positions; yours leaves them out: rows {T - partial}-{T - 1} of the output are never computed"
+                + (f", and keys {T - partial}-{T - 1} get no weight" if keys_left_out else "")
+                + ": loop up to T, and slice tiles with min(T, start + block_size)")
     if flash and not np.all(np.isfinite(weights)):
         return ("the online softmax. With every score equal (q = k = 0) your output holds NaN or inf: each tile's "
                 "exponentials are exp(s - m) with m the row's running maximum after that tile's scores are taken in "
@@ -378,6 +387,11 @@ def _locate_attention(call, flash: bool) -> str | None:
                     f"{shown(sums[:3])}... per row: divide the accumulated output by the running sum l once every "
                     "tile of keys is in")
         causal = np.tril(np.ones((T, T), dtype=bool))
+        reach = np.array([[j < min(T, (i // LOCATE_BLOCK + 1) * LOCATE_BLOCK) for j in range(T)] for i in range(T)])
+        if flash and close(weights, reach / reach.sum(axis=-1, keepdims=True)):
+            return (f"the key tiles' loop. With causal=False and block_size = {LOCATE_BLOCK}, every query reads every "
+                    f"tile of keys; yours reads only the tiles up to the query's own (query 0 gives keys "
+                    f"{LOCATE_BLOCK}-{T - 1} no weight): stop the loop over key tiles early only when causal is True")
         if close(weights, causal / causal.sum(axis=-1, keepdims=True)):
             return (f"the causal flag. With every score equal and causal=False, each query should spread its weight "
                     f"evenly, 1/{T} over every key; yours hides the keys after the query, as if causal were True: mask "
@@ -399,6 +413,13 @@ def _locate_attention(call, flash: bool) -> str | None:
                     f"weights {shown(row[:3])}... mean the scores were {_scale_sentence(used)} ({used:.4g} times "
                     f"q k^T), where the contract divides by sqrt(d) = {math.sqrt(d):g}")
     if flash:
+        low = -3000.0 * math.sqrt(d)  # every score -3000 once scaled: exp(s) is 0, exp(s - m) is 1
+        weights, _ = _weights(call, *_raw([low] * T, [1.0] * T), causal=False, flash=True)
+        if weights is not None and not close(weights, uniform):
+            return (f"the running maximum's start. With every score -3000 (all equal), each query's weights should be "
+                    f"1/{T}; yours give rows like {shown(weights[0][:4])}...: exp(s - m) underflows to 0 when m starts "
+                    "at 0 (or is not subtracted); start m at -inf, so that the first tile sets it")
+    if flash:
         keys = [0.5 * j for j in range(T)]  # raw scores rise from key to key: a later tile raises the maximum
         weights, _ = _weights(call, *_raw([1.0] * T, keys), causal=False, flash=True)
         want = torch.softmax(torch.tensor(keys) / math.sqrt(d), dim=-1).numpy()[None].repeat(T, axis=0)
@@ -412,6 +433,16 @@ def _locate_attention(call, flash: bool) -> str | None:
             return (f"the online softmax. With raw scores rising from key to key (0, 0.5, ..., 5.5), so that each tile "
                     f"of {LOCATE_BLOCK} keys raises the row's maximum, your weight over the right one is, tile by "
                     f"tile, {_per_tile(weights, want)}: {why}")
+    if flash:
+        # tiles that peak at 6, then 1, then 3: the running maximum stays 6 from the first tile on
+        keys = [6.0, 0, 0, 0, 0, 1.0, 0, 0, 0, 0, 3.0, 0][:T]
+        weights, _ = _weights(call, *_raw([1.0] * T, keys), causal=False, flash=True)
+        want = torch.softmax(torch.tensor(keys) / math.sqrt(d), dim=-1).numpy()[None].repeat(T, axis=0)
+        if weights is not None and not close(weights, want):
+            return (f"the running maximum. With raw scores whose tiles of {LOCATE_BLOCK} keys peak at 6, then 1, then "
+                    f"3, your weight over the right one is, tile by tile, {_per_tile(weights, want)}: the maximum "
+                    "carries over from tile to tile, m = max(m_old, the tile's maximum), and the rescaling uses it; "
+                    "not the last tile's own maximum")
     weights, _ = _weights(call, *_raw(), causal=True, flash=flash)
     mask = np.tril(np.ones((T, T), dtype=bool))
     if weights is not None and not close(weights, mask / mask.sum(axis=-1, keepdims=True)):

@@ -365,3 +365,55 @@ def test_a_correct_timer_keeps_full_marks_beside_busy_loops(busy_loops):
     print(f"time_fn of correct_einsum_tiles.py beside {busy_loops} busy loops, graded {ROUNDS} times: "
           f"{', '.join(f'{p:g}/{FULL:g}' for p in figures)}")
     assert figures == [FULL] * ROUNDS, [failed for _, failed in scores if failed]
+
+
+CORRECT_TIMER = """
+import statistics
+import time
+
+import torch
+
+
+def time_fn(fn, *args, warmup=3, repeats=10):
+    on_gpu = any(isinstance(a, torch.Tensor) and a.is_cuda for a in args)
+    for _ in range(warmup):
+        fn(*args)
+    times = []
+    for _ in range(repeats):
+        if on_gpu:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn(*args)
+        if on_gpu:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+"""
+
+
+@pytest.mark.parametrize("old, new, check, told", [
+    ("warmup=3, repeats=10", "warmup=1, repeats=5", "defaults", "the contract's defaults are warmup=3 and repeats=10"),
+    (None, None, "gpu_argument", "look for a GPU tensor in every argument"),
+])
+def test_a_timer_with_other_defaults_or_that_looks_at_the_first_argument_only_loses_that_check(old, new, check, told):
+    """Both kept full marks once (the fresh set): the defaults were never used, and the GPU tensor was
+    always fn's first argument."""
+    student = worker(CORRECT_TIMER)
+    try:
+        assert time_fn_points(student) == (FULL, [])
+    finally:
+        student.close()
+    source = CORRECT_TIMER
+    if old is None:  # synchronise only when the first argument is on the GPU
+        assert "for a in args" in source
+        source = source.replace("for a in args", "for a in args[:1]")
+    else:
+        assert old in source
+        source = source.replace(old, new)
+    student = worker(source)
+    try:
+        results = grade_part(UNIT, "time_fn", student)
+    finally:
+        student.close()
+    failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
+    assert set(failed) == {check} and told in failed[check], failed

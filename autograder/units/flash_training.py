@@ -116,15 +116,22 @@ def graded() -> Unit:
 
     TIME_CHECKS = (
         Check("median", "fn takes 40, 120, 80, 400, 100 ms after three warm-up calls of 300 ms: the median is 100 ms",
-              2, time_inputs(WARMUP, TIMED), probe=time_probe, oracle=time_oracle),
+              1.5, time_inputs(WARMUP, TIMED), probe=time_probe, oracle=time_oracle),
+        Check("defaults", "time_fn(fn) with no warmup or repeats given: 3 warm-up calls of 300 ms, then 10 timed calls "
+              "(the median is 75 ms)", 0.5, time_inputs([0.3] * 3, DEFAULT_TIMED, defaults=True), probe=time_probe,
+              oracle=time_oracle),
         Check("passes_args", "the extra arguments are passed on to fn", 1,
               time_inputs([0.05], [0.03, 0.09, 0.06], positional=True), probe=time_probe, oracle=time_oracle),
         # The first timed call is the shortest: a timer that synchronises after each call but not
         # before the first adds the warm-up's queued work to that call (80 ms), which moves the median.
         Check("synchronises", "fn(x) with x on a (simulated) GPU only queues work (30, 90, 60 ms after a warm-up "
               "call of 50 ms) and returns at once: the median is 60 ms when the timer waits for the GPU before and "
-              "after each timed call", 1,
+              "after each timed call", 0.75,
               time_inputs([0.05], [0.03, 0.09, 0.06], gpu=True), probe=time_probe, oracle=time_oracle),
+        Check("gpu_argument", "the same, with the GPU tensor given as fn's second argument (fn(3, x)): the inputs are "
+              "on the GPU whichever argument holds it", 0.25,
+              time_inputs([0.05], [0.03, 0.09, 0.06], gpu=True, tensor_second=True), probe=time_probe,
+              oracle=time_oracle, requires=("synchronises",)),
         Check("even_repeats", "4 timed calls of 20, 140, 60, 100 ms: either middle value (60 or 100 ms) is accepted, "
               "as is their mean", 1, time_inputs([0.1, 0.1], [0.02, 0.14, 0.06, 0.10]), probe=time_probe,
               oracle=time_oracle),
@@ -510,10 +517,16 @@ def same_arguments(got: tuple, want: tuple) -> bool:
 WARMUP, TIMED = [0.3, 0.3, 0.3], [0.04, 0.12, 0.08, 0.40, 0.10]
 
 
-def time_inputs(warmup, timed, positional=False, gpu=False):
+# time_fn's defaults (3 warm-up calls, 10 timed): the median of these ten is 75 ms; with 5 repeats
+# (or 1 warm-up call) it would be another number
+DEFAULT_TIMED = [0.02, 0.09, 0.05, 0.3, 0.06, 0.11, 0.07, 0.08, 0.2, 0.04]
+
+
+def time_inputs(warmup, timed, positional=False, gpu=False, defaults=False, tensor_second=False):
     def make(rng):
         return Inputs((), {"durations": warmup + timed, "warmup": len(warmup), "repeats": len(timed),
-                           "positional": positional, "gpu": gpu})
+                           "positional": positional, "gpu": gpu, "defaults": defaults,
+                           "tensor_second": tensor_second})
 
     return make
 
@@ -527,8 +540,9 @@ def time_probe(api, inputs: Inputs):
     args = (torch.zeros(2), "x") if inputs.kwargs["positional"] else ()  # to be passed on to every call of fn
 
     def timed(fn):
-        return api.call_on_virtual_clock("time_fn", fn, *args, warmup=inputs.kwargs["warmup"],
-                                         repeats=inputs.kwargs["repeats"])
+        counts = {} if inputs.kwargs.get("defaults") else {"warmup": inputs.kwargs["warmup"],
+                                                           "repeats": inputs.kwargs["repeats"]}
+        return api.call_on_virtual_clock("time_fn", fn, *args, **counts)
 
     fn = KnownDurations(inputs.kwargs["durations"], args)
     value = timed(fn)
@@ -567,7 +581,8 @@ def simulated_gpu_probe(api, inputs: Inputs):
         gpu = api.given(SIMULATED_GPU, durations)  # torch.cuda is faked until restore()
         try:
             tensor = api.method(gpu, "on_device", keep=True)
-            value = api.call_on_virtual_clock("time_fn", gpu, tensor, warmup=inputs.kwargs["warmup"],
+            args = (3, tensor) if inputs.kwargs.get("tensor_second") else (tensor,)
+            value = api.call_on_virtual_clock("time_fn", gpu, *args, warmup=inputs.kwargs["warmup"],
                                               repeats=inputs.kwargs["repeats"])
             return value, api.attr(gpu, "calls")
         finally:
@@ -586,7 +601,8 @@ def time_oracle(inputs: Inputs):
     middle = [timed[len(timed) // 2]] if len(timed) % 2 else [timed[len(timed) // 2 - 1], timed[len(timed) // 2]]
     # with an even count, either middle value is the contract's median, and so is their mean
     return {"seconds": float(np.median(timed)), "accept": sorted(set(middle) | {float(np.median(timed))}),
-            "calls": len(inputs.kwargs["durations"]), "shortest": timed[0],
+            "calls": len(inputs.kwargs["durations"]), "shortest": timed[0], "defaults": inputs.kwargs.get("defaults"),
+            "tensor_second": inputs.kwargs.get("tensor_second"),
             "explanations": time_explanations(inputs.kwargs["durations"], inputs.kwargs["warmup"])}
 
 
@@ -643,6 +659,10 @@ def diagnose_time(result, expected) -> str | None:
     if not isinstance(seconds, int | float) or isinstance(seconds, bool):
         return f"time_fn returned {describe(seconds)}, expected a number of seconds"
     if result.get("calls") != expected["calls"]:
+        if expected.get("defaults"):
+            return (f"with no warmup or repeats given, fn was called {result.get('calls')} times, expected "
+                    f"{expected['calls']}: the contract's defaults are warmup=3 and repeats=10 "
+                    "(def time_fn(fn, *args, warmup=3, repeats=10))")
         return (f"fn was called {result.get('calls')} times, expected {expected['calls']} (warmup + repeats)")
     if result.get("without_args") and not expected.get("without_args"):
         calls = ", ".join(f"{i + 1}" for i in result["without_args"][:4])
@@ -659,6 +679,10 @@ def diagnose_time(result, expected) -> str | None:
             problem += f": probably a clock the grader does not control; {CLOCKS_TO_USE}"
         elif explanation := time_explanation(seconds, expected):
             problem += f". Where it goes wrong: {explanation}"
+        elif expected.get("tensor_second") and abs(seconds) < 1e-3:
+            problem += (". Where it goes wrong: the synchronisation. With the GPU tensor as fn's second argument your "
+                        "timer measured only the launches: look for a GPU tensor in every argument (any(isinstance(a, "
+                        "torch.Tensor) and a.is_cuda for a in args)), not only the first")
         return problem
     return None
 

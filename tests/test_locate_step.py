@@ -1039,3 +1039,23 @@ def test_a_slip_inside_flash_attention_is_told_its_step(old, new, step):
     assert old in FLASH
     where = located(unit, part, reference_with(unit, FLASH.replace(old, new)))
     assert where is not None and where.startswith(step), where
+
+
+def test_a_sampler_that_returns_positions_within_the_top_k_is_told_so():
+    """Once told only "row 1 drew token 0 13791 times, though it is outside the top k" (the fresh set)."""
+    source = """
+import torch
+
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    logits = logits / temperature
+    if top_k is not None:
+        logits, _ = torch.topk(logits, top_k, dim=-1)  # the indices are dropped: positions, not ids
+    probs = torch.softmax(logits, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+"""
+    results = graded_in_worker(UNITS["06_generation"], "sample_next", source)
+    failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
+    assert set(failed) == {"top_k_one", "top_k_ties", "top_k_three"}, failed
+    assert all("torch.topk returns" in message for message in failed.values()), failed

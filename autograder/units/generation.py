@@ -577,6 +577,11 @@ def diagnose_draws(result, expected) -> str | None:
     if "probabilities" in expected:  # against the contract's distribution: a goodness-of-fit test
         probs = expected["probabilities"]
         outside = (probs == 0) & (counts > 0)
+        kept = (probs > 0).sum(dim=1)  # k, row by row (more where the k-th logit ties)
+        if outside.any() and all(counts[r, int(k):].sum() == 0 for r, k in enumerate(kept)):
+            return (f"every draw is one of ids 0..{int(kept.max()) - 1}, though the top {int(kept.max())} logits sit "
+                    "elsewhere: those are positions within the top k, not token ids. Map a drawn position back to "
+                    "its id with the indices torch.topk returns (indices.gather(-1, choice))")
         if outside.any():
             row, token = (int(v) for v in outside.nonzero()[0])
             return (f"row {row} drew token {token} {int(counts[row, token])} times, though it is outside the top k "
@@ -690,6 +695,10 @@ def diagnose_ids(result, expected, inputs: Inputs, prompt=None) -> str | None:
             first = int((got != want).nonzero()[0][0])
             return f"id {first} of the flattened ids is {int(got[first])}, expected {int(want[first])}"
         row = int(differ[0][0])
+        if bool((result == 0).all()) and bool((expected != 0).any()):
+            return (f"every row gave id 0, where the largest logits sit at {expected[:4].tolist()}...: is it a "
+                    "position within the top k (with top_k=1 always 0) rather than a token id? Map a drawn position "
+                    "back to its id with the indices torch.topk returns (indices.gather(-1, choice))")
         return f"row {row} gave id {int(result[row])}, expected {int(expected[row])}"
     row, position = (int(v) for v in differ[0])
     return (f"new token {position - prompt.shape[1] + 1} of row {row} (position {position}) is "

@@ -1059,3 +1059,21 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
     assert set(failed) == {"top_k_one", "top_k_ties", "top_k_three"}, failed
     assert all("torch.topk returns" in message for message in failed.values()), failed
+
+
+def test_an_attention_whose_softmax_subtracts_the_largest_score_of_all_is_told_its_shift():
+    """Once told only that a row summed to NaN (the fresh set)."""
+    unit = UNITS["01_attention"]
+    source = """
+import numpy as np
+
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    e = np.exp(scores - scores.max())  # the whole array's maximum, not each row's
+    weights = e / e.sum(axis=-1, keepdims=True)
+    return weights @ V, weights
+"""
+    where = located(unit, unit.part("scaled_dot_product_attention"), reference_with(unit, source))
+    assert where is not None and where.startswith("the softmax's shift."), where

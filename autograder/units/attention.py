@@ -304,6 +304,12 @@ def locate_attention(call) -> str | None:
         return (f"the softmax's stability. With scores of 1000 (raw QKᵀ = [[3000, 0]], d_k = {d_k}) the weights are "
                 f"[[1, 0]]; yours are {shown(weights) if weights is not None else describe(weights)}: subtract each "
                 "row's maximum score before exponentiating")
+    _, weights = _pair(call(np.concatenate([Q, -Q]) * 1500, K, np.eye(2)))  # scores [1000, 0] and [-1000, 0]
+    if weights is None or not close(weights, np.array([[1.0, 0.0], [0.0, 1.0]]), 1e-6):
+        return (f"the softmax's shift. With two queries whose scores lie far apart, [1000, 0] and [-1000, 0] (raw "
+                f"QKᵀ = ±3000, d_k = {d_k}), the weights are [[1, 0], [0, 1]]; yours are "
+                f"{shown(weights) if weights is not None else describe(weights)}: subtract each row's own maximum "
+                "(axis=-1, keepdims=True), not the largest score of the whole array")
     Q, K = np.array([[1.0, 0], [0, 1], [1, 1]]), np.array([[1.0, 0], [0, 2]])
     V = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])
     out, weights = _pair(call(Q, K, V))

@@ -1026,9 +1026,14 @@ MISCONCEPTIONS = (
                   "Stop as soon as `patience` evaluations in a row brought no new best: with patience 2, a best then "
                   "two worse evaluations ends the run.",
                   {"train_loop": loop_with(patience_extra=1)}),
-    Misconception("train_best_not_restored", "the last weights kept instead of the best evaluation's",
-                  "Keep a copy of the weights at each new best (copy.deepcopy(model.state_dict())) and load it back "
-                  "into the model before returning.",
+    # Its outputs are those of a loop that keeps model.state_dict() itself as the best weights (the
+    # same tensors, which every later step overwrites) and loads that back: both end with the last
+    # weights, and the words name both.
+    Misconception("train_best_not_restored", "the last weights kept instead of the best evaluation's (the best "
+                  "weights never loaded back, or kept as model.state_dict() itself, whose tensors later steps "
+                  "overwrite)",
+                  "Keep a copy of the weights at each new best (copy.deepcopy(model.state_dict()), not the state "
+                  "dict itself) and load it back into the model before returning.",
                   {"train_loop": loop_with(restore_best=False)}),
     Misconception("train_resume_reseeds", "a resumed run that seeds the generators again (its data order restarts)",
                   "Seed only when starting from scratch: with config.resume_from, the generators' states come from "

@@ -1077,3 +1077,33 @@ def scaled_dot_product_attention(Q, K, V, mask=None):
 """
     where = located(unit, unit.part("scaled_dot_product_attention"), reference_with(unit, source))
     assert where is not None and where.startswith("the softmax's shift."), where
+
+
+SINUSOID = """
+import math
+import torch
+
+def sinusoidal_positions(n_positions, d_model):
+    positions = torch.arange(n_positions, dtype=torch.float64)[:, None]
+    rates = torch.exp(-math.log(10000.0) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    table = torch.zeros(n_positions, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(positions * rates)
+    table[:, 1::2] = torch.cos(positions * rates)
+    return table.float()
+"""
+
+
+@pytest.mark.parametrize("old, new, step, told", [
+    ("torch.exp(-math.log", "torch.exp(math.log", "the frequencies", "+2i / d"),
+    ("torch.arange(n_positions, dtype=torch.float64)", "torch.linspace(0, 6, n_positions, dtype=torch.float64)",
+     "the positions", "[0. , 1.2, 2.4"),
+])
+def test_a_sinusoid_table_with_another_exponent_or_positions_is_told_which(old, new, step, told):
+    """The sign of the exponent was once told as each column's own index, and positions spread over
+    another range as the frequencies (the fresh set)."""
+    unit = UNITS["05_model"]
+    part = unit.part("sinusoidal_positions")
+    assert located(unit, part, reference_with(unit, SINUSOID)) is None
+    assert old in SINUSOID
+    where = located(unit, part, reference_with(unit, SINUSOID.replace(old, new)))
+    assert where is not None and where.startswith(step) and told in where, where

@@ -859,10 +859,20 @@ def locate_sinusoid(call) -> str | None:
                     "positions count from 0 (torch.arange(n_positions))")
         return (f"position 0. Row 0 is sin(0) = 0 on even columns, cos(0) = 1 on odd: [0, 1, ...]; yours is "
                 f"{shown(got[0])}")
+    # The positions each row stands for, read from the slowest pair (whose angle stays below pi):
+    # where the whole table is the contract's formula at those positions, only the positions are wrong.
+    rates = RATES["2i / d"](np.arange(d // 2), d, 10000.0)
+    positions = np.arctan2(got[:, -2], got[:, -1]) / rates[-1]
+    at_positions = np.zeros((n, d))
+    at_positions[:, 0::2], at_positions[:, 1::2] = (f(positions[:, None] * rates) for f in (np.sin, np.cos))
+    if not close(positions, np.arange(n), 1e-2) and close(got, at_positions, 1e-3):
+        return (f"the positions. Row t is position t, so the table's rows stand for positions {list(range(n))}; "
+                f"yours stand for {shown(positions)}: the positions are torch.arange(n_positions), not spread "
+                "over another range or scaled")
     sines, cosines = got[1, 0::2], got[1, 1::2]
     if not (close(sines, want[1, 0::2], 1e-4) and close(cosines, want[1, 1::2], 1e-4)):
         from_sine, from_cosine = np.arcsin(np.clip(sines, -1, 1)), np.arccos(np.clip(cosines, -1, 1))
-        if not np.allclose(from_sine, from_cosine, atol=1e-3):
+        if not _rates_named(sines, cosines, d, 10000.0) and not np.allclose(sines ** 2 + cosines ** 2, 1, atol=1e-3):
             return (f"the frequencies. At position 1 the sine and the cosine of pair i (columns 2i and 2i + 1) share "
                     f"one angle, 10000 ** (-2i / d); yours turn at {shown(from_sine)} (sines) and "
                     f"{shown(from_cosine)} (cosines): the exponent is the pair's 2i, not each column's own index")

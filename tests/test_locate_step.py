@@ -1107,3 +1107,38 @@ def test_a_sinusoid_table_with_another_exponent_or_positions_is_told_which(old, 
     assert old in SINUSOID
     where = located(unit, part, reference_with(unit, SINUSOID.replace(old, new)))
     assert where is not None and where.startswith(step) and told in where, where
+
+
+@pytest.mark.parametrize("part_name, source, step, told", [
+    ("split_heads", """
+import numpy as np
+
+def split_heads(x, n_heads):
+    return np.swapaxes(x.reshape(*x.shape[:-1], n_heads, x.shape[-1] // n_heads), 1, 2)
+""", "the axes", "swapped axes 1 and 2"),
+    ("split_heads", """
+import numpy as np
+
+def split_heads(x, n_heads):
+    flat = x.reshape(-1, x.shape[-2], x.shape[-1])  # every batch axis flattened into one, even none
+    return np.swapaxes(flat.reshape(flat.shape[0], flat.shape[1], n_heads, -1), -3, -2)
+""", "batch axes", "a batch axis of 1 in front"),
+    ("merge_heads", """
+import numpy as np
+
+def merge_heads(x):
+    return np.swapaxes(x, -3, -2).reshape(*x.shape[:-3], x.shape[-2], x.shape[-2] * x.shape[-1])
+""", "the merged width", "equals n_heads"),
+    ("merge_heads", """
+import numpy as np
+
+def merge_heads(x):
+    return np.swapaxes(x, -3, -2).reshape(*x.shape[:-3], x.shape[-2], x.shape[-3] * x.shape[-2])
+""", "the merged width", "equals d_head"),
+])
+def test_a_head_split_or_merge_that_reads_the_wrong_axis_is_told_which(part_name, source, step, told):
+    """Told the output's shape only, once (the fresh set): now the axis it swapped, the batch axis it
+    added, or the size its width was read from."""
+    unit = UNITS["03_multihead"]
+    where = located(unit, unit.part(part_name), reference_with(unit, source))
+    assert where is not None and where.startswith(step) and told in where, where

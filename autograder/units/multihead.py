@@ -13,7 +13,7 @@ import numpy as np
 
 from ..engine.compare import Tolerance, as_array, describe
 from ..engine.reference import load_reference
-from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, StepFailed, Unit
 
 UNIT_NAME = "03_multihead"
 
@@ -361,6 +361,17 @@ def locate_split_heads(call) -> str | None:
         if got is not None and got.shape == (n, heads, d_head):
             return (f"the axes. x (3, 6) split into 2 heads should be (n_heads, n, d_head) = {want.shape}; yours is "
                     f"(n, n_heads, d_head) = {got.shape}: after the reshape, move the heads axis before the positions")
+        if got is not None and got.shape == (n, d_head, heads) and np.array_equal(
+                got, x.reshape(n, heads, d_head).swapaxes(1, 2)):
+            return (f"the axes. x (3, 6) split into 2 heads should be (n_heads, n, d_head) = {want.shape}; yours is "
+                    f"{got.shape}: after the reshape to (n, n_heads, d_head) you swapped axes 1 and 2, counted from "
+                    "the front, which for one sequence are n_heads and d_head: swap axes -3 and -2, counted from "
+                    "the back, which are the positions and the heads whatever is in front")
+        if got is not None and got.shape == (1, *want.shape) and np.array_equal(got[0], want):
+            return (f"batch axes. x (3, 6), one sequence with no batch axis, should give (n_heads, n, d_head) = "
+                    f"{want.shape}; yours gives {got.shape}, with a batch axis of 1 in front: keep the axes before "
+                    "the last one as they are (x.reshape(*x.shape[:-1], n_heads, d_head)) rather than flattening "
+                    "them into one batch axis")
         return (f"the shape. x (3, 6) split into 2 heads should be (n_heads, n, d_head) = {want.shape}; yours is "
                 f"{got.shape if got is not None else describe(got)}")
     if not np.array_equal(got, want):
@@ -390,7 +401,31 @@ def locate_split_heads(call) -> str | None:
     return None
 
 
+def _merges_right(call, heads: int, n: int, d_head: int) -> bool:
+    split = (100.0 * np.arange(n)[:, None] + np.arange(heads * d_head)[None, :]).reshape(n, heads, d_head)
+    try:
+        got = as_array(call(split.transpose(1, 0, 2).copy()))
+    except StepFailed:
+        return False
+    return got is not None and np.array_equal(got, split.reshape(n, heads * d_head))
+
+
+def _merged_width(call) -> str | None:
+    """The width read from the positions' axis: right only where n equals what it stands in for."""
+    if _merges_right(call, 2, 3, 3) and not _merges_right(call, 2, 4, 3):
+        stands_for = "d_head"
+    elif not _merges_right(call, 2, 3, 3) and _merges_right(call, 2, 2, 3) and not _merges_right(call, 2, 4, 3):
+        stands_for = "n_heads"
+    else:
+        return None
+    return (f"the merged width. Your merge is right only where n, the positions' axis (-2), equals {stands_for}: "
+            "heads (n_heads, n, d_head) merge to (n, n_heads * d_head); take the width from the heads' axis (-3) "
+            "and the last axis (-1)")
+
+
 def locate_merge_heads(call) -> str | None:
+    if (width := _merged_width(call)) is not None:
+        return width
     heads, n, d_head = 2, 3, 3
     split = (100.0 * np.arange(n)[:, None] + np.arange(heads * d_head)[None, :]).reshape(n, heads, d_head)
     x = split.transpose(1, 0, 2)  # heads (2, 3, 3), every entry 100 * position + column it comes from

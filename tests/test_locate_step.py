@@ -464,6 +464,9 @@ CACHED_SLIPS = {
          "        x = x + block.ffn(block.ln2(x))",
          "x = x + block.attn.out_proj((weights @ v).permute(0, 2, 1, 3).reshape(B, 1, C)) + block.ffn(block.ln2(x))"),
         "block 0's attention residual. In the first forward step", "before the attention's output is added"),
+    "the feed-forward given the stream, not ln2 of it": (
+        ("x = x + block.ffn(block.ln2(x))", "x = x + block.ffn(x)"),
+        "block 0's feed-forward. In the first forward step", "no call of `block.ln2`"),
     "values stored where the keys go": (
         ("cache[i] = (k, v)", "cache[i] = (v, k)"),
         "block 0's attention. In the forward step at prompt position 1", "keys and values swapped"),

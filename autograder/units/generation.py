@@ -971,6 +971,10 @@ def replay_cached(records, prompt, fields: dict) -> tuple[str, str] | None:
             o = first(f"{name}.attn.out_proj")["output"].reshape(B, t, C)
             x_mid = x + o
             ln2 = first(f"{name}.ln2")
+            fc1 = first(f"{name}.ffn.fc1")
+            if ln2 is None and fc1 is not None and _same(fc1.get("input"), x_mid):
+                return (f"block {layer}'s feed-forward, in {where}", "`ffn` should be given ln2(x); it was given the "
+                        "stream itself, x + attn_out: the grader saw no call of `block.ln2`")
             if ln2 is None or not _same(ln2.get("input"), x_mid):
                 instead = None if ln2 is None else _which({
                     "the attention's output added to ln1(x), the normalised copy, instead of to x": h + o,

@@ -380,7 +380,12 @@ def stall(pids: list[int], seconds: float, after: float = 0.0) -> None:
 
     time.sleep(after)
     for pid in pids:
-        os.kill(pid, signal.SIGSTOP)
+        try:
+            os.kill(pid, signal.SIGSTOP)
+        except ProcessLookupError:
+            # A process that was starting the sandbox when the list was taken, gone since (seen on a
+            # busy machine): the others are still stopped, the worker among them.
+            pass
     time.sleep(seconds)
     for pid in pids:
         try:

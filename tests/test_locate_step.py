@@ -207,6 +207,13 @@ UNIT_07_STEPS = {
     },
 }
 UNIT_08_STEPS = {
+    "evaluate": {  # a model whose loss says each target, the windows read from its embedding's calls
+        "eval_training_mode": None, "eval_with_gradients": None, "eval_calls_backward": None,
+        "eval_mode_not_restored": None, "eval_always_back_to_train": None,
+        "eval_misses_last_window": None,  # shows only where a last window is one id from fitting
+        "eval_overlapping_windows": "the window starts", "eval_window_without_target": "the number of windows",
+        "eval_unweighted_batch_means": "the average",
+    },
     "pretokenize": {
         "pretokenize_str_split": "the white space", "pretokenize_ascii_letters": "letters and digits",
         "pretokenize_ignore_case": "the contractions", "pretokenize_no_trailing_space_rule": "a run of spaces",
@@ -1144,4 +1151,42 @@ def test_a_head_split_or_merge_that_reads_the_wrong_axis_is_told_which(part_name
     added, or the size its width was read from."""
     unit = UNITS["03_multihead"]
     where = located(unit, unit.part(part_name), reference_with(unit, source))
+    assert where is not None and where.startswith(step) and told in where, where
+
+
+EVALUATE = """
+import torch
+
+def evaluate(model, data, batch_size, context_length):
+    C = context_length
+    starts = list(range(0, len(data) - C, C))
+    mode = model.training
+    model.eval()
+    total, count = 0.0, 0
+    with torch.no_grad():
+        for b in range(0, len(starts), batch_size):
+            x = torch.stack([data[i:i + C] for i in starts[b:b + batch_size]])
+            y = torch.stack([data[i + 1:i + C + 1] for i in starts[b:b + batch_size]])
+            total += float(cross_entropy(model(x), y)) * y.numel()
+            count += y.numel()
+    model.train(mode)
+    return total / count
+"""
+
+
+@pytest.mark.parametrize("old, new, step, told", [
+    ("range(0, len(data) - C, C)", "range(0, len(data) - C - 1, C + 1)", "the window starts", "step by C"),
+    ("range(0, len(data) - C, C)", "range(0, len(data) // C * C, C)", "the number of windows", "(len(data) - 1) // C"),
+    ("data[i + 1:i + C + 1] for i", "data[i:i + C] for i", "the targets", "the next ids"),
+    ("    return total / count", "    return total", "the average", "the sum over every position"),
+])
+def test_an_evaluate_that_takes_other_windows_or_averages_otherwise_is_told_which(old, new, step, told):
+    """Read on a model whose loss says each position's target, the windows from the calls of its token
+    embedding that the grader computed (a stride of C + 1 and len(data) // C windows were told only
+    as a loss that differs, the fresh set)."""
+    unit = UNITS["08_training"]
+    part = unit.part("evaluate")
+    assert located(unit, part, reference_with(unit, EVALUATE)) is None
+    assert old in EVALUATE
+    where = located(unit, part, reference_with(unit, EVALUATE.replace(old, new)))
     assert where is not None and where.startswith(step) and told in where, where

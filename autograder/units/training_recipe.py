@@ -36,6 +36,7 @@ import numpy as np
 import torch
 
 from ..engine.compare import Tolerance, compare_arrays, describe
+from ..engine.probes import ProbeFailed
 from ..engine.spec import Check, Inputs, Misconception, Part, diagnose_facet, facet, facet_oracle
 
 MODEL = "coursekit.gpt.GPT"
@@ -164,7 +165,8 @@ def graded_parts() -> tuple[Part, ...]:
         # evaluate calls the contract's cross_entropy: the reference's while evaluate is graded
         # CPU seconds for one call: an evaluation over overlapping windows (stride 1) of the no_gradients check's
         # model runs 4 forward passes of it, about 2.5 s of the worker's (the grader computes its layers)
-        Part("evaluate", checks=EVAL_CHECKS, diagnose=diagnose_eval, uses=("cross_entropy",), seconds=10.0),
+        Part("evaluate", checks=EVAL_CHECKS, diagnose=diagnose_eval, uses=("cross_entropy",), seconds=10.0,
+             locate_probe=locate_evaluate),
     )
 
 
@@ -706,6 +708,112 @@ def eval_oracle(inputs: Inputs):
         logits = model(x)
     loss = torch.logsumexp(logits, dim=-1) - logits.gather(-1, y.unsqueeze(-1)).squeeze(-1)
     return {"loss": float(loss.mean())}
+
+
+# ---------------------------------------------------------------- where a wrong evaluate goes wrong
+# A model whose logits are the same at every position, L[v] = -v / 10 (ln_f's weight 0 and its bias
+# a unit vector, lm_head's first column the ramp), so that a position's loss says its target,
+# logsumexp(L) + y / 10; and the token embedding's calls, which the grader computes, say which
+# windows the forward passes saw.
+
+RAMP = 0.1
+
+
+def ramp_state(fields: dict) -> dict:
+    from coursekit.gpt import GPT
+
+    from ..engine.weights import random_state
+
+    state = random_state(GPT(types.SimpleNamespace(**fields)), 11)
+    state["ln_f.weight"] = torch.zeros_like(state["ln_f.weight"])
+    state["ln_f.bias"] = torch.zeros_like(state["ln_f.bias"])
+    state["ln_f.bias"][0] = 1.0
+    state["lm_head.weight"][:, 0] = -RAMP * torch.arange(fields["vocab_size"], dtype=state["lm_head.weight"].dtype)
+    return state
+
+
+def _starts(rows: torch.Tensor, data: torch.Tensor) -> list[int] | None:
+    """Where in `data` each row is a slice of it (None where one is not)."""
+    T, found = rows.shape[-1], []
+    for row in rows:
+        at = [i for i in range(len(data) - T + 1) if torch.equal(data[i:i + T], row)]
+        if not at:
+            return None
+        found.append(at[0])
+    return found
+
+
+def _ramp_evaluate(api, length: int, batch_size: int):
+    """(the loss, the windows the model saw, the data) of evaluate on `length` ids, on the ramp model."""
+    fields = EVAL_FIELDS
+    data = torch.from_numpy(np.random.default_rng(5).integers(0, fields["vocab_size"], length)).long()
+    model = api.remote_model(fields, ramp_state(fields), {"token_emb": "input"})
+    api.method(model, "train", keep=True)
+    try:
+        loss = number(api.call("evaluate", model, data, batch_size, fields["context_length"]))
+    except ProbeFailed:
+        loss = None  # what the model saw before it raised still says which windows it took
+    return loss, [r["input"] for r in api.watched(model) if isinstance(r.get("input"), torch.Tensor)], data
+
+
+def locate_evaluate(api) -> str | None:
+    fields, batch_size = EVAL_FIELDS, 2
+    V, C = fields["vocab_size"], fields["context_length"]
+    loss, rows, data = _ramp_evaluate(api, 6 * C, batch_size)  # 48 ids: 5 whole windows, the sixth a target short
+    want = list(range(0, len(data) - C, C))
+    setting = f"With {len(data)} ids and C = {C}"
+    # It raised, having seen only windows of the contract's (or none): does it raise for want of a
+    # target in a last window that is not whole? With one id more, that window is whole.
+    before = [r.reshape(-1, C) for r in rows if r.shape[-1] == C]
+    prefix = len(before) == len(rows) and (not before or _starts(torch.cat(before), data) == want[:sum(
+        len(b) for b in before)])
+    if loss is None and prefix:
+        again, seen, _ = _ramp_evaluate(api, 6 * C + 1, batch_size)
+        if again is not None and seen:
+            return (f"the number of windows. {setting} your evaluate raised, and with {6 * C + 1} ids it does not: "
+                    f"{len(data)} ids hold {len(want)} whole windows, the sixth being one target short. A window "
+                    "needs C + 1 ids: (len(data) - 1) // C windows, not len(data) // C")
+    if not rows:
+        return None  # no layer calls: the checks say so
+    widths = {int(r.shape[-1]) for r in rows}
+    if widths != {C}:
+        return (f"the windows' length. {setting} each window's inputs are C ids, data[i:i + C]; your model was given "
+                f"windows of {sorted(widths)} ids")
+    seen = torch.cat([r.reshape(-1, C) for r in rows])
+    starts = _starts(seen, data)
+    if starts is None:
+        return (f"the windows. {setting} the model's inputs are slices of the data, data[i:i + C]; some of yours "
+                "are not")
+    if sorted(starts) != want:
+        steps = sorted({b - a for a, b in zip(sorted(starts), sorted(starts)[1:], strict=False)})
+        fix = ("step by C: the windows follow one another without overlap or gap" if steps and steps != [C] else
+               f"a window needs C + 1 ids (its targets run one further): the last whole one starts at {want[-1]}, "
+               "and there are (len(data) - 1) // C of them" if max(starts) > want[-1] else
+               "take every whole window, the last included")
+        return (f"the window starts. {setting} the windows start at {want}; your model saw windows starting at "
+                f"{sorted(starts)}: {fix}")
+    if loss is None:
+        return None
+    inputs = torch.stack([data[i:i + C] for i in want]).double()
+    targets = torch.stack([data[i + 1:i + C + 1] for i in want]).double()
+    lse = float(torch.logsumexp(-RAMP * torch.arange(V, dtype=torch.float64), dim=0))
+    per_window = lse + RAMP * targets.mean(dim=1)
+    batches = [per_window[i:i + batch_size].mean() for i in range(0, len(want), batch_size)]
+    readings = (
+        (lse + RAMP * float(targets.mean()), None),
+        (lse + RAMP * float(inputs.mean()), "the targets. The loss your evaluate gives is the one of targets equal to "
+         "the inputs: the targets are the next ids, data[i + 1:i + C + 1]"),
+        (float(torch.stack(batches).mean()), f"the average. Your loss is the mean of the batches' means; batches of "
+         f"{batch_size} windows leave a last one of {len(want) % batch_size or batch_size}, which then weighs as much "
+         "as a full one: average over every position (sum the losses and count the positions)"),
+        (float((lse + RAMP * targets).sum()), "the average. Your loss is the sum over every position: divide by "
+         "the number of positions"),
+        (float(batches[-1]), "the average. Your loss is the last batch's alone: accumulate every batch's losses"),
+    )
+    for value, words in readings:
+        if abs(loss - value) < 1e-4 * max(1.0, abs(value)):
+            return None if words is None else f"{words} ({setting}, on a model whose loss says each target)"
+    return None
 
 
 NO_LAYER_CALLS = ("no_calls", "the grader saw no call of the model's layers: run the model on the windows, model(x)")

@@ -638,9 +638,10 @@ def locate_next_token_pairs(call) -> str | None:
 
 
 # looks_causal: every attn_fn a detector is given runs on the grader's side (a callback), so the
-# grader sees each input the detector tries. The calls are read against the contract's pattern
-# (per trial: x, then x with every row after i redrawn, for i = 0..n-2); where they follow it,
-# three leaks of a known reach separate the comparison from the verdict.
+# grader sees each input the detector tries. The calls are read against the notebook's pattern (per
+# trial: x, then x with every row after i redrawn, for i = 0..n-2; or one later row at a time, as
+# valid); where they follow it, leaks of a known reach, a faint one and round-off tell the
+# comparison, its tolerance and the verdict apart.
 
 
 def leak_from_next(x):

@@ -351,6 +351,11 @@ def _where_from(value: float) -> tuple[int, int]:
     return position, column
 
 
+def _array_equal(got, want) -> bool:
+    got = as_array(got)
+    return got is not None and got.shape == want.shape and bool(np.array_equal(got, want))
+
+
 def locate_split_heads(call) -> str | None:
     n, d_model, heads = 3, 6, 2
     d_head = d_model // heads
@@ -361,8 +366,11 @@ def locate_split_heads(call) -> str | None:
         if got is not None and got.shape == (n, heads, d_head):
             return (f"the axes. x (3, 6) split into 2 heads should be (n_heads, n, d_head) = {want.shape}; yours is "
                     f"(n, n_heads, d_head) = {got.shape}: after the reshape, move the heads axis before the positions")
+        batch = 1000.0 * np.arange(2)[:, None, None] + x
         if got is not None and got.shape == (n, d_head, heads) and np.array_equal(
-                got, x.reshape(n, heads, d_head).swapaxes(1, 2)):
+                got, x.reshape(n, heads, d_head).swapaxes(1, 2)) and _array_equal(
+                call(batch.copy(), heads), batch.reshape(2, n, heads, d_head).swapaxes(1, 2)):
+            # right with a batch axis in front, wrong without: axes 1 and 2 counted from the front
             return (f"the axes. x (3, 6) split into 2 heads should be (n_heads, n, d_head) = {want.shape}; yours is "
                     f"{got.shape}: after the reshape to (n, n_heads, d_head) you swapped axes 1 and 2, counted from "
                     "the front, which for one sequence are n_heads and d_head: swap axes -3 and -2, counted from "

@@ -701,7 +701,11 @@ def test_a_trainer_that_ignores_its_seed_or_miscounts_progress_is_told_so(change
     assert change[0] in source
     results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source.replace(*change))}
     failed = {name: r.message for name, r in results.items() if not r.passed}
-    assert list(failed) == [f"train/{check}"] and told in failed[f"train/{check}"], failed
+    # Batches drawn from the system's entropy are other batches each run: the checks that read how a
+    # run went from its batches (its step-to-step jitter, how far it got) may then fail too, by chance.
+    by_chance = {"train/every_position", "train/keeps_pace"} if "g.seed()" in change[1] else set()
+    assert f"train/{check}" in failed and set(failed) - by_chance == {f"train/{check}"}, failed
+    assert told in failed[f"train/{check}"], failed
 
 
 def test_a_mask_read_transposed_is_told_as_the_masks_axes():

@@ -840,8 +840,8 @@ def _replayed(ref, text, merges, merge=merge_pair):
 
 
 def _departure(ref, text, merges):
-    """(k, the contract's pair) at the first of `merges` that the contract would not choose after the
-    ones before it, or None."""
+    """(k, the contract's pair, the pairs' counts there) at the first of `merges` that the contract
+    would not choose after the ones before it, or None."""
     table = token_bytes([])
     words = _words(ref, text)
     for k, pair in enumerate(merges):
@@ -870,9 +870,12 @@ def located_merge(ref, text, vocab_size, got) -> str | None:
     shown_text = f"{text[:40]!r}{'...' if len(text) > 40 else ''}"
     setting = f"train_bpe on {shown_text} (vocab_size {vocab_size}): {agree} is {tuple(pair)}"
     readings = []
-    if any(x >= 256 + k for x in pair) or tuple(x - 1 if x >= 257 else x for x in pair) == want:
+    if tuple(x - 1 if x >= 257 else x for x in pair) == want:
         readings.append(("the new ids", f"where the contract merges {tuple(want)}: merge i makes id 256 + i, so the "
                          f"ids so far run to {255 + k}; yours names them one higher"))
+    elif any(x >= 256 + k for x in pair):
+        made = f"merges 0..{k - 1} made ids 256..{255 + k} only" if k else "no merge has made an id yet"
+        readings.append(("the new ids", f"which joins id {max(pair)}, though {made}: merge i makes id 256 + i"))
     words = _replayed(ref, text, before)
     for step, what, counting, fix in COUNT_READINGS:
         other = counting(words)
@@ -890,7 +893,7 @@ def located_merge(ref, text, vocab_size, got) -> str | None:
     if len({step for step, _ in readings}) != 1:
         return None  # none fits, or several do: the checks' messages say what differs
     step = readings[0][0]
-    return f"{step}. {setting}, " + "; or ".join(text for _, text in readings)
+    return f"{step}. {setting}, " + "; or ".join(words for _, words in readings)
 
 
 # ---------------------------------------------------------------- the catalogue

@@ -491,9 +491,10 @@ def test_with_queue_4_one_students_slow_checks_cannot_make_a_classmate_busy(tmp_
 
 def test_a_classmates_check_beside_four_streams_of_parse_heavy_bodies_is_answered_at_once(tmp_path):
     """Four students each stream 4 MB bodies of a million empty cells, one after another; a
-    classmate's checks beside them are answered within a second, and the event loop itself is
-    never late by more than half of one (each body is refused before it is parsed; past a
-    student's budget for refused bodies, the rest of one is not even read)."""
+    classmate's checks beside them are answered at once (the median under half a second, at most
+    one in ten past a second), and the event loop itself is never late by more than half of one
+    (each body is refused before it is parsed; past a student's budget for refused bodies, the rest
+    of one is not even read)."""
     attackers = [f"m{i}" for i in range(4)]
     service, pool, port, tokens = stand_in_service(f"sqlite:///{tmp_path / 'f.db'}", students=("ben", *attackers),
                                                    limit=1000)
@@ -534,7 +535,11 @@ def test_a_classmates_check_beside_four_streams_of_parse_heavy_bodies_is_answere
         print(f"beside four streams of parse-heavy bodies ({dict(streamed)} answered): the classmate's checks "
               f"{min(seconds) * 1000:.0f}-{max(seconds) * 1000:.0f} ms, the event loop late by {stall * 1000:.0f} ms "
               "at most")
-        assert max(seconds) < 1.0, seconds
+        # Were the streams to hold the classmate up, every check beside them would wait; a machine
+        # that is busy besides (eight busy loops: the suite's busy run) may hold any one process for
+        # a second or two now and then (seen once: one check of 2.2 s, the others 80-110 ms).
+        slow = [s for s in seconds if s >= 1.0]
+        assert sorted(seconds)[len(seconds) // 2] < 0.5 and len(slow) <= len(seconds) // 10, seconds
         assert stall is not None and stall < 0.5, stall
         assert set(streamed) <= {400, "closed"} and streamed[400] >= 4 and sum(streamed.values()) >= 8, streamed
     finally:

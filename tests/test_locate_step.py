@@ -1038,6 +1038,9 @@ def flash_attention(q, k, v, causal=True, block_size=64):
     ("torch.full(q.shape[:-2] + (qe - qs, 1), -math.inf", "torch.full(q.shape[:-2] + (qe - qs, 1), 0.0",
      "the running maximum's start."),
     ("            m = m_new", "            m = s.amax(dim=-1, keepdim=True)", "the running maximum."),
+    # the last tile's own maximum, rescaled consistently: exact but for an overflow
+    ("m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))", "m_new = s.amax(dim=-1, keepdim=True)",
+     "the running maximum."),
     ("range(0, qe if causal else T, block_size)", "range(0, qe, block_size)", "the key tiles' loop."),
     ("    for qs in range(0, T, block_size):\n        qe = min(qs + block_size, T)",
      "    for qs in range(0, T - block_size + 1, block_size):\n        qe = qs + block_size",

@@ -440,14 +440,19 @@ def _locate_attention(call, flash: bool) -> str | None:
             return (f"the online softmax. With raw scores rising from key to key (0, 0.5, ..., 5.5), so that each tile "
                     f"of {LOCATE_BLOCK} keys raises the row's maximum, your weight over the right one is, tile by "
                     f"tile, {_per_tile(weights, want)}: {why}")
-    if flash:
-        # tiles that peak at 6, then 1, then 3: the running maximum stays 6 from the first tile on
-        keys = [6.0, 0, 0, 0, 0, 1.0, 0, 0, 0, 0, 3.0, 0][:T]
+    for peak in (1.0, 1000.0) if flash else ():
+        # tiles that peak at 6, then 1, then 3: the running maximum stays 6 from the first tile on. A
+        # maximum that is the last tile's own is exact but for overflow, which peaks 1000 times as
+        # high bring in float64 (exp(3000 - 500) is inf)
+        keys = [peak * k for k in (6.0, 0, 0, 0, 0, 1.0, 0, 0, 0, 0, 3.0, 0)][:T]
         weights, _ = _weights(call, *_raw([1.0] * T, keys), causal=False, flash=True)
         want = torch.softmax(torch.tensor(keys) / math.sqrt(d), dim=-1).numpy()[None].repeat(T, axis=0)
         if weights is not None and not close(weights, want):
-            return (f"the running maximum. With raw scores whose tiles of {LOCATE_BLOCK} keys peak at 6, then 1, then "
-                    f"3, your weight over the right one is, tile by tile, {_per_tile(weights, want)}: the maximum "
+            peaks = ", then ".join(f"{peak * k:g}" for k in (6, 1)) + f", then {peak * 3:g}"
+            got = (f"weight over the right one is, tile by tile, {_per_tile(weights, want)}"
+                   if np.all(np.isfinite(weights)) else "output holds NaN (an exp(m_old - m_new) overflowed)")
+            return (f"the running maximum. With raw scores whose tiles of {LOCATE_BLOCK} keys peak at {peaks}, your "
+                    f"{got}: the maximum "
                     "carries over from tile to tile, m = max(m_old, the tile's maximum), and the rescaling uses it; "
                     "not the last tile's own maximum")
     weights, _ = _weights(call, *_raw(), causal=True, flash=flash)

@@ -37,7 +37,8 @@ UNIT_01_STEPS = {
         "output_scaled_instead_of_scores": "the scale", "scale_by_dv": "the scale",
         "softmax_over_queries": "the softmax's axis", "attention_softmax_axis_zero": "the softmax's axis",
         "returns_scores_not_weights": "the softmax.", "mask_after_softmax": "the mask.",
-        "mask_inverted": "the mask's meaning", "mask_boolean_index_no_broadcast": None, "mask_ignored": "the mask.",
+        "mask_inverted": "the mask's meaning", "mask_boolean_index_no_broadcast": "the mask's shape",
+        "mask_ignored": "the mask.",
         "mask_added_to_scores": "the mask.", "mask_truth_tested": None, "mask_filled_with_zero": "the mask.",
         "batched_transpose_with_T": "the keys' transpose",
     },
@@ -1197,3 +1198,57 @@ def test_an_evaluate_that_takes_other_windows_or_averages_otherwise_is_told_whic
     assert old in EVALUATE
     where = located(unit, part, reference_with(unit, EVALUATE.replace(old, new)))
     assert where is not None and where.startswith(step) and told in where, where
+
+
+UNIT_01_SDPA = """
+def scaled_dot_product_attention(Q, K, V, mask=None):
+    scores = Q @ np.swapaxes(K, -1, -2) / np.sqrt(Q.shape[-1])
+    if mask is not None:
+        scores = np.where(mask, scores, -np.inf)
+    weights = softmax(scores, axis=-1)
+    return weights @ V, weights
+"""
+
+
+@pytest.mark.parametrize("part_name, source, step", [
+    ("softmax", """
+def softmax(x, axis=-1):
+    x = np.asarray(x, dtype=np.float16)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+""", "the precision."),
+    ("softmax", """
+def softmax(x, axis=-1):
+    x = np.moveaxis(np.asarray(x, dtype=float), axis, -1)
+    e = np.exp(x - x.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+""", "the axes' order."),
+    ("scaled_dot_product_attention", UNIT_01_SDPA.replace("/ np.sqrt(Q.shape[-1])", "").replace(
+        "softmax(scores, axis=-1)", "softmax(scores, axis=-1) / np.sqrt(Q.shape[-1])"), "the scale."),
+    ("scaled_dot_product_attention", UNIT_01_SDPA.replace("return weights @ V, weights", "return weights, weights @ V"),
+     "the pair's order."),
+    ("scaled_dot_product_attention", UNIT_01_SDPA.replace("if mask is not None:", "if mask is not None:\n"
+                                                           "        mask = np.squeeze(mask)"), "the mask's shape."),
+    ("self_attention", """
+def self_attention(x, W_q, W_k, W_v, mask=None):
+    return x + scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask=mask)[0]
+""", "the output."),
+])
+def test_a_slip_in_unit_01_is_told_its_step(part_name, source, step):
+    """Each was told another step, or none (the fresh set fresh29e): a softmax in float16 as its
+    exponent, an axis left at the end as keepdims, weights scaled after the softmax as the softmax,
+    (weights, out) as the batch axes, a per-batch mask squeezed as an exception at a later line, a
+    residual added in self_attention as the values."""
+    unit = UNITS["01_attention"]
+    where = located(unit, unit.part(part_name), reference_with(unit, source))
+    assert where is not None and where.startswith(step), where
+
+
+def test_a_mask_filled_with_a_finite_number_above_some_scores_loses_its_check():
+    """A fill of -1000 kept full marks (the fresh set): every score the checks made was above it."""
+    unit = UNITS["01_attention"]
+    namespace = reference_with(unit, UNIT_01_SDPA.replace("-np.inf", "-1000.0"))
+    failed = {r.name: r.message for r in grade_part(unit, "scaled_dot_product_attention", InProcessStudent(namespace))
+              if not r.passed}
+    assert list(failed) == ["scaled_dot_product_attention/mask_on_negative_scores"], failed
+    assert "the mask is not respected" in failed["scaled_dot_product_attention/mask_on_negative_scores"]

@@ -22,7 +22,8 @@ def what(value) -> str:
 
 
 def scale_named(c: float, d_k: int, d_model: int | None = None) -> str:
-    known = [(1.0, "not scaled at all"), (1 / d_k, "divided by d_k"), (np.sqrt(d_k), "multiplied by sqrt(d_k)")]
+    known = [(1.0, "not scaled at all"), (1 / d_k, "divided by d_k (or by sqrt(d_k) twice)"),
+             (np.sqrt(d_k), "multiplied by sqrt(d_k)")]
     if d_model is not None:
         known += [(1 / d_model, "divided by d_model"), (1 / np.sqrt(d_model), "divided by sqrt(d_model)")]
     for value, name in known:

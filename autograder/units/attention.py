@@ -77,8 +77,11 @@ def graded() -> Unit:
                       attention_inputs((2, 2), 6, 6, 8, 8, mask="causal")),
                 Check("per_batch_mask", "a (3, 1, 4, 5) mask, different for each batch item", 1,
                       attention_inputs((3, 2), 4, 5, 6, 4, mask="per_batch")),
-                Check("large_scores", "scores of size ~1e4 (numerical stability)", 1,
+                Check("large_scores", "scores of size ~1e4 (numerical stability)", 0.5,
                       attention_inputs((2,), 4, 6, 16, 5, scale=100.0), tol=LOOSE),
+                # A fill of -1000 (or -1e4) beats every allowed key here: only one far below any score holds.
+                Check("mask_on_negative_scores", "a random mask on scores near -2e4 (is what fills the hidden "
+                      "scores below every score? -inf is)", 0.5, negative_scores_inputs, tol=LOOSE),
                 Check("inputs_unchanged", "Q, K, V and the mask are not modified", 1,
                       attention_inputs((2,), 4, 5, 3, 2, mask="random"), kind="unchanged"),
             ),
@@ -182,6 +185,14 @@ def attention_inputs(batch, n_q, n_k, d_k, d_v, mask=None, scale=1.0):
     return make
 
 
+def negative_scores_inputs(rng):
+    # Queries and keys point opposite ways: every scaled score is near -2e4. No batch axis: only the fill shows.
+    Q = np.abs(rng.normal(0.0, 1.0, (4, 16))) * 100.0
+    K = -np.abs(rng.normal(0.0, 1.0, (6, 16))) * 100.0
+    V = rng.normal(0.0, 1.0, (6, 5))
+    return Inputs((Q, K, V), {"mask": random_mask(rng, 4, 6)})
+
+
 def self_attention_inputs(batch, n, d_model, d_k, d_v, causal=False):
     def make(rng):
         x = rng.normal(0.0, 1.0, (*batch, n, d_model))
@@ -218,11 +229,17 @@ def _sums_to_one_along(got) -> str | None:
 def locate_softmax(call) -> str | None:
     ratios = np.array([[1.0, 2.0, 3.0, 6.0]])
     x = np.log(ratios)  # exp(x) = [1, 2, 3, 6], whose sum is 12
-    got = as_array(call(x.copy()))
+    raw = call(x.copy())
+    got = as_array(raw)
     if got is None or got.shape != x.shape:
         return (f"on x = log([[1, 2, 3, 6]]) (shape (1, 4)) it returned {what(got)}: the output has the "
                 "input's shape")
     if not close(got, ratios / 12):
+        dtype = getattr(raw, "dtype", None)
+        if isinstance(raw, np.ndarray) and dtype.itemsize < 8 and close(got, ratios / 12, 1e-2):
+            return (f"the precision. On x = log([[1, 2, 3, 6]]) your output, {shown(got)}, is right to {dtype}'s "
+                    f"few digits and comes back as {dtype}: compute in float64 (np.asarray(x, dtype=float)); "
+                    f"{dtype}'s round-off is more than the checks allow")
         along = _sums_to_one_along(got)
         if along:
             return (f"the axis. On x = log([[1, 2, 3, 6]]) your output {shown(got)} sums to 1 over {along}, not "
@@ -245,6 +262,11 @@ def locate_softmax(call) -> str | None:
         return (f"the axis argument. With x of shape (2, 3, 2) and axis=1 it raised {err}: keep the summed axis "
                 "(keepdims=True) so that each slice along `axis` is divided by its own sum")
     if not close(got, exact_softmax(x3, axis=1)):
+        moved = np.moveaxis(exact_softmax(x3, axis=1), 1, -1)
+        if got is not None and got.shape == moved.shape and close(got, moved):
+            return (f"the axes' order. With x of shape (2, 3, 2) and axis=1 each slice along axis 1 is right, but "
+                    f"your output has shape {got.shape}: the axis moved to the end stays there; move it back "
+                    "(np.moveaxis(result, -1, axis)) so that the output has the input's shape")
         if got is None or got.shape != x3.shape:
             return (f"the axis argument: with x of shape (2, 3, 2) and axis=1 it returned {what(got)}: keep the "
                     "summed axis (keepdims=True) so that the sum divides each slice along `axis`")
@@ -288,7 +310,12 @@ def locate_attention(call) -> str | None:
     if np.allclose(weights.sum(axis=0), 1, atol=1e-6) and not np.allclose(weights.sum(axis=1), 1, atol=1e-6):
         return ("the softmax's axis. With 3 queries and 2 keys your weights' columns sum to 1, not their rows: "
                 "each query's weights over the keys (the last axis) sum to 1")
-    if not np.allclose(weights.sum(axis=1), 1, atol=1e-6):
+    sums = weights.sum(axis=1)
+    if np.allclose(sums, 1 / np.sqrt(2), atol=1e-6) and close(weights * np.sqrt(2), exact_softmax(Q @ K.T)):
+        return (f"the scale. With 3 queries and 2 keys (d_k = 2) your weights' rows sum to {sums[0]:.4g} = "
+                "1/sqrt(d_k), and are the softmax of the unscaled scores divided by sqrt(d_k): the scale divides the "
+                "scores Q Kᵀ before the softmax, not the weights after it")
+    if not np.allclose(sums, 1, atol=1e-6):
         return (f"the softmax. With 3 queries and 2 keys your weights' rows sum to {shown(weights.sum(axis=1))}, not "
                 "1: the weights are the softmax of the scores over the keys (are they the scores themselves?)")
     # One query and two keys whose raw scores QKᵀ are [2, 0]: scaled, [2/3, 0]. V = I: out = weights.
@@ -314,6 +341,9 @@ def locate_attention(call) -> str | None:
     V = np.array([[1.0, 2.0, 3.0], [10.0, 20.0, 30.0]])
     out, weights = _pair(call(Q, K, V))
     scores = Q @ K.T / np.sqrt(2)
+    if out is not None and close(out, exact_softmax(scores)) and close(weights, exact_softmax(scores) @ V):
+        return ("the pair's order. With V of shape (2, 3) your function returns the weights first and the output "
+                "second: return (out, weights), in that order")
     if close(weights, exact_softmax(scores)) and not close(out, weights @ V):
         return (f"the mix. The weights are right, but `out` is not weights @ V: for V = {shown(V)} it should be "
                 f"{shown(weights @ V)}; yours is {shown(out) if out is not None else describe(out)}")
@@ -354,7 +384,18 @@ def locate_attention(call) -> str | None:
         return (f"batch axes. {setting} it {told}, where each batch item's weights, shape (2, 3, 2), are its own "
                 "queries' against its own keys: count every axis you use from the end (-1, -2), so that axes in "
                 "front change nothing (np.swapaxes(K, -1, -2), not K.T; softmax over axis -1; d_k = Q.shape[-1])")
-    return None
+    # A mask per batch item, (3, 1, 3, 3), broadcast over the heads' axis (2 of them): causal, all True, the
+    # diagonal. Three items and two heads, so that a mask squeezed to (3, 3, 3) cannot broadcast by chance.
+    masks = np.stack([np.tril(np.ones((3, 3), dtype=bool)), np.ones((3, 3), dtype=bool), np.eye(3, dtype=bool)])
+    try:
+        _, weights = _pair(call(np.zeros((3, 2, 3, 2)), np.zeros((3, 2, 3, 2)), np.eye(3), mask=masks[:, None]))
+    except StepFailed as err:
+        return (f"the mask's shape. With scores of shape (3, 2, 3, 3) and a mask of shape (3, 1, 3, 3), one per "
+                f"batch item, it raised {err}: use the mask as it is given, where it broadcasts against the scores "
+                "(np.where(mask, scores, -np.inf)); do not squeeze, reshape or index it")
+    return located_mask(weights, np.broadcast_to(masks[:, None], (3, 2, 3, 3)),
+                        "With every score equal and a mask of shape (3, 1, 3, 3), one per batch item (causal, all "
+                        "True, the diagonal)")
 
 
 def locate_self_attention(call) -> str | None:
@@ -369,6 +410,10 @@ def locate_self_attention(call) -> str | None:
         return (f"the output. With x (5, 5), W_q and W_k (5, 2) and W_v (5, 5) the output should be (5, 5); yours "
                 f"is {what(got)}")
     if not close(got, uniform):
+        if close(got - eye, uniform):
+            return ("the output. With x and W_v the identity and W_q = W_k = 0, the output should be the (uniform) "
+                    "weights, 0.2 everywhere; yours is that plus x: self_attention returns the attention's output "
+                    "alone, with no residual (x + ...) added")
         if close(got, np.zeros((n, n))):
             return ("the values. With x and W_v the identity and W_q = W_k = 0, the output should be the (uniform) "
                     "weights, 0.2 everywhere; yours is 0: the values are V = x @ W_v")
@@ -654,8 +699,10 @@ MISCONCEPTIONS = (
     ),
     Misconception(
         "scale_by_dk",
-        "scores divided by d_k instead of its square root",
-        "The scale is 1 / sqrt(d_k): np.sqrt(d_k), not d_k.",
+        "scores divided by d_k in all instead of its square root (d_k in place of np.sqrt(d_k), or "
+        "np.sqrt(d_k) applied twice)",
+        "The scores are divided by sqrt(d_k) once: np.sqrt(d_k), not d_k; and where Q (or K) is already "
+        "scaled before the scores, do not scale them again.",
         {
             "scaled_dot_product_attention": sdpa_rescaled(lambda d_k, d_v: 1 / np.sqrt(d_k)),
             "self_attention": self_attention_rescaled(lambda d_k, d_model: 1 / np.sqrt(d_k)),

@@ -782,8 +782,10 @@ MISCONCEPTIONS = (
     ),
     Misconception(
         "scale_by_d_head",
-        "each head's scores divided by d_head instead of its square root",
-        "The scale is 1 / sqrt(d_head): np.sqrt(d_head), not d_head.",
+        "each head's scores divided by d_head in all instead of its square root (d_head in place of "
+        "np.sqrt(d_head), or np.sqrt(d_head) applied twice)",
+        "Divide by np.sqrt(d_head) once: not by d_head, and not on the queries and again inside "
+        "scaled_dot_product_attention, which scales the scores by itself.",
         {"multi_head_attention": mha_variant(scale=lambda d_head, d_model: d_head)},
     ),
     Misconception(

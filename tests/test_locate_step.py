@@ -123,7 +123,7 @@ UNIT_03_STEPS = {
     "merge_heads": {
         "merge_without_transpose": "the positions", "merge_interleaved": "the columns",
         "heads_on_first_axis": "batch axes", "heads_swap_last_two_axes": "the positions",
-        "heads_transposed_for_one_sequence": None, "heads_transposed_with_fixed_axes": None,
+        "heads_transposed_for_one_sequence": "batch axes", "heads_transposed_with_fixed_axes": None,
     },
     "multi_head_attention": {
         "split_without_transpose": "the heads' arrangement", "split_strided_columns": "the heads' columns",
@@ -633,6 +633,20 @@ def split_heads(x, n_heads):
     results = graded_in_worker(UNITS["03_multihead"], "split_heads", source)
     raised = [r.message for r in results if ": raised ValueError" in r.message]
     assert raised and all("(in your code: answer, line 6: `return np.swapaxes(x.reshape(" in m for m in raised), raised
+
+
+def test_a_float_size_that_raises_later_is_told_where_it_comes_from():
+    """A head size computed with / raised at the reshape, told only as the TypeError (the fresh set)."""
+    source = """
+import numpy as np
+
+def split_heads(x, n_heads):
+    d_head = x.shape[-1] / n_heads
+    return np.swapaxes(x.reshape(x.shape[:-1] + (n_heads, d_head)), -2, -3)
+"""
+    results = graded_in_worker(UNITS["03_multihead"], "split_heads", source)
+    raised = [r.message for r in results if ": raised TypeError" in r.message]
+    assert raised and all("is it computed with / where // gives a whole number?" in m for m in raised), raised
 
 
 BREAKDOWN = """
@@ -1252,3 +1266,62 @@ def test_a_mask_filled_with_a_finite_number_above_some_scores_loses_its_check():
               if not r.passed}
     assert list(failed) == ["scaled_dot_product_attention/mask_on_negative_scores"], failed
     assert "the mask is not respected" in failed["scaled_dot_product_attention/mask_on_negative_scores"]
+
+
+UNIT_03_MHA = """
+def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
+    q, k, v = (split_heads(x @ W, n_heads) for W in (W_q, W_k, W_v))
+    scores = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if causal:
+        n = x.shape[-2]
+        scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return merge_heads(e / e.sum(axis=-1, keepdims=True) @ v) @ W_o
+"""
+
+
+@pytest.mark.parametrize("part_name, source, step", [
+    ("split_heads", """
+def split_heads(x, n_heads):
+    *batch, n, d = x.shape
+    flat = x.reshape(-1, n, n_heads, d // n_heads) if batch else x.reshape(n, n_heads, d // n_heads)
+    return np.swapaxes(flat, -3, -2)
+""", "batch axes."),
+    ("merge_heads", """
+def merge_heads(x):
+    return np.concatenate([x[..., i, :, :] for i in range(x.shape[0])], axis=-1)
+""", "batch axes."),
+    ("multi_head_attention", UNIT_03_MHA.replace("q @ np.swapaxes(k, -1, -2)", "k @ np.swapaxes(q, -1, -2)"),
+     "the scores."),
+])
+def test_a_slip_in_unit_03_is_told_its_step(part_name, source, step):
+    """Each was told another step, or none (the fresh set fresh29e): batch axes flattened into one
+    (right with one batch axis), a head count read from the front (right for a batch of 2), scores
+    computed as K Qᵀ (told as the scale)."""
+    unit = UNITS["03_multihead"]
+    assert located(unit, unit.part(part_name), reference_with(unit, UNIT_03_MHA)) is None
+    where = located(unit, unit.part(part_name), reference_with(unit, source))
+    assert where is not None and where.startswith(step), where
+
+
+@pytest.mark.parametrize("part_name, source, check, told", [
+    ("split_heads", """
+def split_heads(x, n_heads):
+    x = np.asarray(x, dtype=np.float32)
+    return np.swapaxes(x.reshape(*x.shape[:-1], n_heads, x.shape[-1] // n_heads), -3, -2)
+""", "values_kept", "your output is float32 where the input is float64"),
+    ("merge_heads", """
+def merge_heads(x):
+    x = np.swapaxes(np.asarray(x, dtype=np.float32), -3, -2)
+    return x.reshape(*x.shape[:-2], -1)
+""", "values_kept", "your output is float32 where the input is float64"),
+    ("multi_head_attention", UNIT_03_MHA.replace("np.exp(scores - scores.max(axis=-1, keepdims=True))",
+                                                 "np.exp(scores)"), "large_scores", "overflow in exp"),
+])
+def test_a_cast_or_an_unshifted_softmax_in_unit_03_costs_its_own_check(part_name, source, check, told):
+    """Both kept full marks (the fresh set fresh29e): a split that rounds to float32 (within the
+    checks' tolerance), and a softmax with no shift inside multi_head_attention (no score large enough)."""
+    unit = UNITS["03_multihead"]
+    failed = {r.name.split("/")[1]: r.message
+              for r in grade_part(unit, part_name, InProcessStudent(reference_with(unit, source))) if not r.passed}
+    assert list(failed) == [check] and told in failed[check], failed

@@ -150,7 +150,7 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             problem = (f"`{part.name}` still raises NotImplementedError: replace that line "
                        "with your code")
         elif outcome.error is not None:
-            problem = f"raised {outcome.error}{raised_at(outcome)}"
+            problem = f"raised {outcome.error}{raised_at(outcome)}{exception_hint(outcome.error)}"
         else:
             with quiet():
                 problem = part.diagnose(outcome.value, expected.value, inputs, check.tol)
@@ -278,6 +278,22 @@ def raised_at(outcome: Outcome) -> str:
     if not isinstance(where, str) or not where:
         return ""
     return f" (in your code: {where[:200]})"
+
+
+# Exceptions whose cause lies on an earlier line than the one that raised, and what it usually is.
+EXCEPTION_HINTS = (
+    (("'float' object cannot be interpreted as an integer", "found element of type float",
+      "slice indices must be integers", "only integers, slices"),
+     ": a size or an index is a float here (is it computed with / where // gives a whole number?)"),
+)
+
+
+def exception_hint(error: str | None) -> str:
+    """What an exception's text usually means, where its cause is elsewhere than the line quoted."""
+    for texts, hint in EXCEPTION_HINTS:
+        if error and any(text in error for text in texts):
+            return hint
+    return ""
 
 
 def student_exhausted(student) -> str | None:

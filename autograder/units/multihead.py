@@ -13,7 +13,7 @@ import numpy as np
 
 from ..engine.compare import Tolerance, as_array, describe
 from ..engine.reference import load_reference
-from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, StepFailed, Unit
+from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, StepFailed, Unit, diagnose_array
 
 UNIT_NAME = "03_multihead"
 
@@ -32,6 +32,7 @@ def graded() -> Unit:
     parts = (
         Part(
             "split_heads",
+            diagnose=diagnose_rearranged,
             locate=locate_split_heads,
             checks=(
                 Check("unbatched", "x (5, 12) split into 3 heads", 1,
@@ -42,14 +43,17 @@ def graded() -> Unit:
                       split_inputs((2, 3), 4, 6, 2), tol=EXACT),
                 Check("one_head", "x (3, 7, 6) split into 1 head", 1,
                       split_inputs((3,), 7, 6, 1), tol=EXACT),
-                Check("d_head_one", "x (2, 5, 4) split into 4 heads of width 1", 1,
+                Check("d_head_one", "x (2, 5, 4) split into 4 heads of width 1", 0.5,
                       split_inputs((2,), 5, 4, 4), tol=EXACT),
+                Check("values_kept", "x (2, 3, 6) of float64 values 1 + k * 1e-10, split into 2 heads, every value "
+                      "kept exactly", 0.5, exact_inputs((2, 3, 6), 2), tol=Tolerance(rtol=0.0, atol=0.0)),
                 Check("inputs_unchanged", "x is not modified", 1,
                       split_inputs((2,), 4, 6, 3), kind="unchanged"),
             ),
         ),
         Part(
             "merge_heads",
+            diagnose=diagnose_rearranged,
             locate=locate_merge_heads,
             checks=(
                 Check("unbatched", "3 heads (3, 5, 4) merged", 1, merge_inputs((), 3, 5, 4), tol=EXACT),
@@ -58,8 +62,10 @@ def graded() -> Unit:
                 Check("round_trip", "merge_heads(split_heads(x, 5)) gives x back, x (2, 6, 10)", 1,
                       round_trip_inputs((2,), 6, 10, 5), tol=EXACT, oracle=round_trip_oracle),
                 Check("one_head", "a single head (2, 1, 5, 6) merged", 1, merge_inputs((2,), 1, 5, 6), tol=EXACT),
-                Check("d_head_one", "6 heads of width 1, (2, 6, 5, 1), merged", 1, merge_inputs((2,), 6, 5, 1),
+                Check("d_head_one", "6 heads of width 1, (2, 6, 5, 1), merged", 0.5, merge_inputs((2,), 6, 5, 1),
                       tol=EXACT),
+                Check("values_kept", "heads (2, 2, 3, 3) of float64 values 1 + k * 1e-10 merged, every value kept "
+                      "exactly", 0.5, exact_inputs((2, 2, 3, 3)), tol=Tolerance(rtol=0.0, atol=0.0)),
                 Check("inputs_unchanged", "the heads array is not modified", 1,
                       merge_inputs((2,), 3, 4, 2), kind="unchanged"),
             ),
@@ -80,7 +86,10 @@ def graded() -> Unit:
                       mha_inputs((2, 2), 4, 8, 4)),
                 Check("not_causal", "causal=False on x (2, 5, 8), 2 heads", 1, mha_inputs((2,), 5, 8, 2, causal=False)),
                 Check("one_head", "a single head on x (2, 5, 6)", 1, mha_inputs((2,), 5, 6, 1)),
-                Check("d_head_one", "4 heads of width 1 on x (2, 6, 4)", 1, mha_inputs((2,), 6, 4, 4)),
+                Check("d_head_one", "4 heads of width 1 on x (2, 6, 4)", 0.5, mha_inputs((2,), 6, 4, 4)),
+                # exp overflows on these scores unless each row's maximum is subtracted first
+                Check("large_scores", "x (2, 5, 8) of size ~40, 2 heads: scores in the thousands (numerical "
+                      "stability)", 0.5, mha_inputs((2,), 5, 8, 2, scale=40.0), tol=Tolerance(rtol=1e-2, atol=1e-3)),
                 Check("torch_causal", "agrees with torch.nn.MultiheadAttention (same weights, causal), "
                       "x (3, 7, 16), 4 heads", 1, mha_inputs((3,), 7, 16, 4, causal=True), oracle=torch_oracle),
                 Check("torch_not_causal", "agrees with torch.nn.MultiheadAttention (same weights, causal=False), "
@@ -124,6 +133,28 @@ def graded() -> Unit:
 
 # ---------------------------------------------------------------- the grader's own pieces
 # Written here independently of the reference, to build inputs and expected values.
+
+
+def diagnose_rearranged(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
+    """Splitting and merging heads only move entries: where the values differ (on the checks with
+    no tolerance, only there), a cast to a narrower dtype is said as such."""
+    problem = diagnose_array(result, expected, inputs, tol)
+    given = inputs.args[0]
+    if (problem is not None and isinstance(result, np.ndarray) and isinstance(given, np.ndarray)
+            and result.dtype != given.dtype and result.shape == np.shape(expected)):
+        return (f"your output is {result.dtype} where the input is {given.dtype}, and its values are rounded: moving "
+                "entries between axes keeps their dtype and their values exactly; cast nothing "
+                f"(np.asarray(x, dtype=np.{result.dtype}) rounds them)")
+    return problem
+
+
+def exact_inputs(shape, n_heads=None):
+    """Values that float32 cannot hold (1 + k * 1e-10), for a check with no tolerance at all."""
+    def make(rng):
+        x = 1.0 + rng.permutation(int(np.prod(shape))).reshape(shape) * 1e-10
+        return Inputs((x,) if n_heads is None else (x, n_heads))
+
+    return make
 
 
 def own_split(x, n_heads):
@@ -220,11 +251,11 @@ def round_trip_inputs(batch, n, d_model, n_heads):
     return make
 
 
-def mha_inputs(batch, n, d_model, n_heads, causal=None):
+def mha_inputs(batch, n, d_model, n_heads, causal=None, scale=1.0):
     """causal=None leaves the argument out, so the default (True) is what is checked."""
 
     def make(rng):
-        x = rng.normal(0.0, 1.0, (*batch, n, d_model))
+        x = rng.normal(0.0, scale, (*batch, n, d_model))
         W_q, W_k, W_v, W_o = (rng.normal(0.0, d_model**-0.5, (d_model, d_model)) for _ in range(4))
         kwargs = {} if causal is None else {"causal": causal}
         return Inputs((x, W_q, W_k, W_v, W_o, n_heads), kwargs)
@@ -406,6 +437,16 @@ def locate_split_heads(call) -> str | None:
                 f"{'' if got is None or got.shape != want.shape else ' with entries from other places'}: "
                 "reshape and swap only the last axes (x.reshape(*x.shape[:-1], n_heads, d_head), then swap axes -3 "
                 "and -2), whatever the axes before them")
+    xbb = 10000.0 * np.arange(2)[:, None, None, None] + 1000.0 * np.arange(3)[None, :, None, None] + x
+    got = as_array(call(xbb.copy(), heads))
+    want = xbb.reshape(2, 3, n, heads, d_head).transpose(0, 1, 3, 2, 4)
+    if got is None or got.shape != want.shape or not np.array_equal(got, want):
+        flat = got is not None and got.shape == (6, heads, n, d_head)
+        gives = got.shape if got is not None else describe(got)
+        return (f"batch axes. With one batch axis it is right, but x (2, 3, 3, 6), two batch axes, should give "
+                f"(2, 3, n_heads, n, d_head) = {want.shape}; yours gives {gives}"
+                f"{': the batch axes flattened into one' if flat else ''}: keep every axis before the last one as it "
+                "is (x.reshape(*x.shape[:-1], n_heads, d_head)), then swap axes -3 and -2")
     return None
 
 
@@ -452,11 +493,17 @@ def locate_merge_heads(call) -> str | None:
         return (f"the columns. Column c of the merged output should hold head c // d_head's entry c % d_head "
                 f"(head 0's three, then head 1's); yours hold, in order, the entries of columns "
                 f"{[c for _, c in sources]}")
-    xb = np.stack([x, x + 1000.0])
-    got = as_array(call(xb.copy()))
-    if got is None or not np.array_equal(got, np.stack([want, want + 1000.0])):
-        return (f"batch axes. One sequence is right, but heads (2, 2, 3, 3) should merge to (2, 3, 6); yours give "
-                f"{got.shape if got is not None else describe(got)}: swap and reshape only the last three axes")
+    # A batch of 3, not 2: a head count read from the front (x.shape[0]) must not come out right by chance.
+    xb = np.stack([x, x + 1000.0, x + 2000.0])
+    try:
+        got = as_array(call(xb.copy()))
+        told = f"give {got.shape if got is not None else describe(got)}"
+    except StepFailed as err:
+        got, told = None, f"raised {err}"
+    if got is None or not np.array_equal(got, np.stack([want, want + 1000.0, want + 2000.0])):
+        return (f"batch axes. One sequence is right, but heads (3, 2, 3, 3), a batch of 3, should merge to (3, 3, "
+                f"6); yours {told}: read the number of heads and d_head from the end (x.shape[-3], x.shape[-1]) and "
+                "swap and reshape only the last three axes, whatever the axes before them")
     return None
 
 
@@ -539,6 +586,10 @@ def locate_multi_head_attention(call) -> str | None:
                     f"row the mean of x; yours is not (row 0: {np.round(got[0], 3).tolist()}): are the {name} "
                     f"x @ {other}?")
     got = as_array(call(x, W_q, W_k, eye, eye, heads, causal=False))
+    if got is not None and got.shape == (n, d_model) and np.allclose(got[:, :d_head], 1 / n, atol=1e-9):
+        return ("the scores. In head 0 every query is [2, 0, 0, 0] and only key 0 is not zero, [1, 0, 0, 0], so each "
+                "query should weigh key 0 most; your weights are uniform, as K Qᵀ gives (its row t compares key t "
+                "with every query): the scores are Q Kᵀ, each query's row against every key")
     if got is not None and got.shape == (n, d_model) and got[0, 1] > 0 and got[0, 0] > 0:
         head = got[0, :d_head]  # head 0's weights on keys 0..3: [a, b, b, b] when its columns are 0..3
         if not np.allclose(head[1:], head[1], rtol=1e-9):

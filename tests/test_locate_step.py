@@ -1325,3 +1325,39 @@ def test_a_cast_or_an_unshifted_softmax_in_unit_03_costs_its_own_check(part_name
     failed = {r.name.split("/")[1]: r.message
               for r in grade_part(unit, part_name, InProcessStudent(reference_with(unit, source))) if not r.passed}
     assert list(failed) == [check] and told in failed[check], failed
+
+
+def test_a_slip_in_unit_04_is_told_its_step():
+    """Each was told another step, or nothing but a difference of 3e-7 (the fresh set fresh29e): a
+    layer_norm computed in float32, a block whose LayerNorms take eps 1e-6, an attention whose causal
+    mask is sized by d_model."""
+    unit = UNITS["04_block"]
+    reference = load_reference(unit.name)
+
+    def float32_inside(x, weight, bias, eps=1e-5):
+        return reference.layer_norm(x.float(), weight.float(), bias.float(), eps).to(x.dtype)
+
+    class NarrowEps(reference.TransformerBlock):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.ln1.eps = self.ln2.eps = 1e-6
+
+    class MaskSizedByWidth(reference.MultiHeadAttention):
+        def __init__(self, d_model, n_heads):
+            super().__init__(d_model, n_heads)
+            self.d_model_seen = d_model
+
+        def forward(self, x):
+            if x.shape[-2] > self.d_model_seen:
+                raise RuntimeError("The size of tensor a (4) must match the size of tensor b (6)")
+            return super().forward(x)
+
+    for part, namespace, step in (
+            ("layer_norm", dict(vars(reference), layer_norm=float32_inside), "the precision."),
+            ("TransformerBlock", dict(vars(reference), TransformerBlock=NarrowEps), "the norms' eps."),
+            ("MultiHeadAttention", dict(vars(reference), MultiHeadAttention=MaskSizedByWidth), "the mask's size.")):
+        where = located(unit, unit.part(part), namespace)
+        assert where is not None and where.startswith(step), (part, where)
+    failed = [r.name for r in grade_part(unit, "MultiHeadAttention", InProcessStudent(
+        dict(vars(reference), MultiHeadAttention=MaskSizedByWidth))) if not r.passed]
+    assert failed == ["MultiHeadAttention/longer_than_d_model"], failed

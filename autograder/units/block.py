@@ -29,6 +29,7 @@ from torch import nn
 
 from ..engine.compare import Tolerance, compare_arrays, describe
 from ..engine.locate import located_mask, located_scale, shown
+from ..engine.probes import ProbeFailed
 from ..engine.reference import load_reference
 from ..engine.spec import Check, Inputs, Misconception, Part, SampleBug, Unit
 from ..engine.weights import random_state as shared_random_state
@@ -127,8 +128,11 @@ def graded() -> Unit:
                 Check("batched", "d_model 12 (not a power of two), 3 heads, x (3, 7, 12)", 1,
                       module_inputs("MultiHeadAttention", (12, 3), (3, 7, 12)), tol=F32,
                       probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
-                Check("single_token", "a single position: x (2, 1, 8)", 1,
+                Check("single_token", "a single position: x (2, 1, 8)", 0.5,
                       module_inputs("MultiHeadAttention", (8, 4), (2, 1, 8)), tol=F32,
+                      probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
+                Check("longer_than_d_model", "more positions than d_model: d_model 4, 2 heads, x (2, 9, 4)", 0.5,
+                      module_inputs("MultiHeadAttention", (4, 2), (2, 9, 4)), tol=F32,
                       probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
                 Check("float64", "the module in float64 (.double()), x (2, 6, 8)", 1,
                       module_inputs("MultiHeadAttention", (8, 2), (2, 6, 8), torch.float64), tol=F64,
@@ -1194,6 +1198,21 @@ def _locate_norm(call, *, name: str, rms: bool) -> str | None:
     def close(got, want):
         return got is not None and got.shape == np.shape(want) and np.allclose(got, want, rtol=1e-6, atol=1e-9)
 
+    # 0. the precision: random float64 rows, right only to float32's rounding (a .float() inside),
+    # said first, since every later row would then differ by rounding and blame its own step
+    generator = torch.Generator().manual_seed(3)
+    xr = torch.randn(3, 8, generator=generator, dtype=torch.float64) * 2 + 0.5
+    w, b = (torch.randn(8, generator=generator, dtype=torch.float64) for _ in range(2))
+    centred = xr if rms else xr - xr.mean(-1, keepdim=True)
+    # eps 1e-12: where eps goes (inside the root or not) changes nothing at this precision
+    want0 = (centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-12) * w + (0 if rms else b)).numpy()
+    got0 = _out(call(xr.clone(), *((w,) if rms else (w, b)), eps=1e-12))
+    if got0 is not None and got0.shape == want0.shape:
+        error = float(np.abs(got0 - want0).max() / np.abs(want0).max())
+        if 1e-10 < error < 1e-4:
+            return (f"the precision. On x (3, 8) in float64, your output is right only to about {error:.1g} of its "
+                    "size, float32's rounding: something inside computes in float32 (a .float(), or a tensor made "
+                    "without dtype=x.dtype); keep every step in x's dtype")
     # 1. the statistics' axis: each row of a (2, 2, 4) input must come out as it does alone (the
     # student's own answer for that row, whatever it is), so only the axis shows here
     x3 = [[[1.0, 3.0, 1.0, 3.0], [10.0, 30.0, 10.0, 30.0]], [[0.0, 4.0, 0.0, 4.0], [5.0, 6.0, 5.0, 6.0]]]
@@ -1422,6 +1441,22 @@ def locate_attention_module(api) -> str | None:
     precision = _float32_somewhere(api, "MultiHeadAttention", ctor)
     if precision:
         return precision
+    # the mask's size: a sequence longer than d_model, where a mask sized by d_model runs out
+    small = (4, 2)
+    try:
+        _module_output(api, "MultiHeadAttention", small, _zeroed("MultiHeadAttention", small),
+                       torch.zeros(1, 6, 4, dtype=torch.float64))
+    except ProbeFailed as err:
+        try:
+            _module_output(api, "MultiHeadAttention", small, _zeroed("MultiHeadAttention", small),
+                           torch.zeros(1, 4, 4, dtype=torch.float64))
+        except ProbeFailed:
+            pass
+        else:
+            said = getattr(err.outcome, "error", None) or err.step
+            return ("the mask's size. MultiHeadAttention(4, 2) runs on 4 positions but not on 6, more than d_model "
+                    f"({said}): the causal mask must cover the sequence's length T, whatever d_model (make it in "
+                    "forward from T, or keep a buffer as long as the longest sequence)")
     kept = api.attr(api.new("MultiHeadAttention", *ctor), "n_heads")
     if kept != heads:  # every head's slice of the projections is then another: say that first
         return (f"the number of heads. MultiHeadAttention({d}, {heads}) keeps n_heads = {heads} and splits d_model "
@@ -1585,6 +1620,17 @@ def locate_block(api) -> str | None:
     shared = _shared_norms(api, ctor, full)
     if shared:
         return shared
+    # The norms' eps: right on a stream of size ~1e4 (each sublayer's update compared), where eps is
+    # nothing beside the variance, and wrong on one of size ~2, where it is a part in a million.
+    big = x * 1e4
+    got_big, got = (_module_output(api, "TransformerBlock", ctor, full, v) for v in (big, x))
+    want_big, want = (_reference_output("TransformerBlock", ctor, full, v) for v in (big, x))
+    if (got_big is not None and got is not None and got_big.shape == want_big.shape and got.shape == want.shape
+            and np.allclose(got_big - big.numpy(), want_big - big.numpy(), rtol=1e-6, atol=1e-9)
+            and _differs(got, want)):
+        return ("the norms' eps. Your block is right on a stream of size ~1e4, where eps is nothing beside the "
+                "variance, but not on one of size ~2: ln1 and ln2 take eps = 1e-5 (nn.LayerNorm's default, and "
+                "layer_norm's), not another")
 
     for layers, step, setting, fix in (
             (("attn.out_proj", "ffn.fc2"), "the residual stream", "With both sublayers silenced (attn.out_proj and "

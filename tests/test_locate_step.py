@@ -1361,3 +1361,15 @@ def test_a_slip_in_unit_04_is_told_its_step():
     failed = [r.name for r in grade_part(unit, "MultiHeadAttention", InProcessStudent(
         dict(vars(reference), MultiHeadAttention=MaskSizedByWidth))) if not r.passed]
     assert failed == ["MultiHeadAttention/longer_than_d_model"], failed
+
+
+def test_a_causal_attention_that_loops_over_the_first_axis_is_told_the_batch_axes():
+    """Told only as an IndexError at a later line (the fresh set fresh29e): right on a batch, raising
+    on one sequence with no batch axis."""
+    unit = UNITS["02_masking"]
+    namespace = reference_with(unit, """
+def causal_self_attention(x, W_q, W_k, W_v):
+    return np.stack([self_attention(seq, W_q, W_k, W_v, mask=causal_mask(seq.shape[-2])) for seq in x])
+""")
+    where = located(unit, unit.part("causal_self_attention"), namespace)
+    assert where is not None and where.startswith("batch axes:"), where

@@ -526,6 +526,17 @@ def locate_causal_self_attention(call) -> str | None:
     try:
         got = as_array(call(x, zero, zero, eye))  # V = x: the output's first n columns are the weights
     except StepFailed as err:
+        want = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+        try:  # right with a batch axis in front, wrong without: the first axis taken for the batch
+            batched = as_array(call(np.stack([x, 2 * x]), zero, zero, eye))
+        except StepFailed:
+            batched = None
+        if batched is not None and batched.shape == (2, n, d_model) and np.allclose(
+                batched[..., :n], np.stack([want, 2 * want]), atol=1e-9):
+            return (f"batch axes: with x (2, 4, 5), a batch of two sequences, yours is right, but one sequence with no "
+                    f"batch axis, x (4, 5), raised {err}: x may have no batch axis (or several), so do not loop over "
+                    "(or index) its first axis as the batch; work on the last two axes, the positions (-2) and the "
+                    "features (-1), whatever is in front of them")
         if "shape" not in str(err) and "broadcast" not in str(err):
             raise
         return (f"the mask's size: for x (4, 5), 4 positions of d_model 5, the mask is (4, 4), n = x.shape[-2] (not "

@@ -9,6 +9,8 @@ where the notebook says, that every check can fail, and the dtype policy for mas
 
 from __future__ import annotations
 
+import copy
+
 import nbformat
 import numpy as np
 import pytest
@@ -58,16 +60,18 @@ def namespace_with(ref, **replacements):
 
 @pytest.mark.parametrize("case", spec.ORACLE_CASES, ids=lambda c: c.name)
 def test_reference_verdict_is_the_known_truth(ref, case):
-    assert bool(ref.looks_causal(case.fn, **case.kwargs)) == case.causal
+    # A copy, as the engine makes one of a check's inputs: a function with state starts afresh.
+    assert bool(ref.looks_causal(copy.deepcopy(case.fn), **case.kwargs)) == case.causal
 
 
 @pytest.mark.parametrize("case", spec.ORACLE_CASES, ids=lambda c: c.name)
 def test_verdict_does_not_hang_on_the_seed(ref, case):
     # A student's detector draws different random numbers: every leak must show up (and no
     # causal function may seem to leak) for any seed, even with a single trial.
+    # (Save the leak that opens only after one trial's calls: it is there to need every trial.)
     for seed in range(30):
-        kwargs = {**case.kwargs, "seed": seed, "trials": 1}
-        assert bool(ref.looks_causal(case.fn, **kwargs)) == case.causal, (case.name, seed)
+        kwargs = {**case.kwargs, "seed": seed, "trials": 1 if case.name != "leak_after_one_trial" else 2}
+        assert bool(ref.looks_causal(copy.deepcopy(case.fn), **kwargs)) == case.causal, (case.name, seed)
 
 
 def test_the_truth_table_covers_both_answers():
@@ -94,6 +98,11 @@ def test_the_oracles_really_do_what_their_names_say():
     ones = np.ones((8, 4))
     gated_ones = spec.leak_for_negative_inputs(ones) - spec._attend(ones, spec._lower(8), seed=5)[0]
     assert np.abs(gated_ones).max() == 0.0
+    # the leak after one trial: its first 8 calls (on n = 8) are causal attention, the next ones leak
+    stateful = spec.LeakAfterOneTrial()
+    first = [stateful(x), stateful(second)] + [stateful(x) for _ in range(6)]
+    assert np.abs(first[1] - first[0])[0].max() == 0.0
+    assert np.abs(stateful(second) - stateful(x))[0].max() > 1e-9
     # the mask built for ten positions is causal up to n = 10, leaky beyond
     for n in (8, 10):
         assert spec.mask_built_for_ten(np.ones((n, 3))).shape == (n, 3)
@@ -290,7 +299,7 @@ def test_no_two_detector_mistakes_give_the_same_verdicts(ref):
     for mistake in spec.MISCONCEPTIONS:
         variant = mistake.variants.get("looks_causal")
         if variant is not None:
-            table = tuple(bool(variant(ref, case.fn, **case.kwargs)) for case in spec.ORACLE_CASES)
+            table = tuple(bool(variant(ref, copy.deepcopy(case.fn), **case.kwargs)) for case in spec.ORACLE_CASES)
             assert table not in tables, f"{mistake.name} answers exactly as {tables.get(table)}"
             tables[table] = mistake.name
 
@@ -377,3 +386,27 @@ def test_tokens_reshaped_in_place_are_told_so(ref, unit):
     failed = {r.name: r.message for r in results if not r.passed}
     assert list(failed) == ["next_token_pairs/inputs_unchanged"] and "changed the shape" in failed[
         "next_token_pairs/inputs_unchanged"], failed
+
+
+def test_a_detector_that_returns_after_its_first_trial_loses_the_stateful_leak(ref, unit):
+    """Kept 20/20 (the fresh set fresh29e): a `return True` inside the loop over trials; every leak
+    of the other cases shows in one trial."""
+    source = '''
+def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(trials):
+        x = rng.normal(size=(n, d))
+        before = np.asarray(attn_fn(x.copy()))
+        for i in range(n - 1):
+            changed = x.copy()
+            changed[i + 1:] = rng.normal(size=(n - 1 - i, d))
+            if np.abs(np.asarray(attn_fn(changed))[: i + 1] - before[: i + 1]).max() > 1e-9:
+                return False
+        return True
+'''
+    namespace = namespace_with(ref)
+    exec(compile(source, "answer", "exec"), namespace)  # the course's own test code
+    results = grade.grade_part(unit, "looks_causal", InProcessStudent(namespace))
+    failed = {r.name: r.message for r in results if not r.passed}
+    assert list(failed) == ["looks_causal/leak_after_one_trial"], failed
+    assert "is a `return True` inside the loop over trials?" in failed["looks_causal/leak_after_one_trial"]

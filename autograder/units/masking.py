@@ -93,8 +93,8 @@ def graded() -> Unit:
             # A causal verdict counts only if the detector also catches the plain leak, and a leak
             # verdict only if it also passes plain causal attention: a constant answer earns 0.
             checks=tuple(
-                # 6 points shared by the cases (16 of them: 0.375 each, exact in binary floats)
-                Check(case.name, case.what, 6 / len(ORACLE_CASES), oracle_inputs(case),
+                # 6 points shared by the cases (16 shares: 0.375 each, exact in binary floats)
+                Check(case.name, case.what, 6 / SHARES * case.share, oracle_inputs(case),
                       requires=("full_attention",) if case.causal else ("causal_attention",))
                 for case in ORACLE_CASES
             ),
@@ -434,6 +434,32 @@ _describe(mask_built_for_ten, leak=lambda n: f"with n={n}, the outputs at positi
           "later: use the `n` (and `d`, `trials`, `seed`) you are given")
 
 
+class LeakAfterOneTrial:
+    """Causal for its first n calls (one trial of a detector: x, then a copy per split point), then
+    leaking from the next position: a function with state, as a model whose cache fills up has, so
+    that only a detector that runs every trial it is given sees the leak. The engine deep-copies a
+    check's inputs, count included, so every detector run starts from 0."""
+
+    causal_note = None
+
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, x):
+        self.calls += 1
+        out, v = _attend(x, _lower(np.shape(x)[-2]), seed=18)
+        if self.calls > np.shape(x)[-2]:
+            out = out.copy()
+            out[..., :-1, :] += 0.5 * v[..., 1:, :]
+        return out
+
+    @staticmethod
+    def leak(n):
+        return (f"this function leaks (position i + 1 into position i) only after its first {n} calls, one trial's "
+                "worth: run every one of the `trials` you are given, and return True only after the last (is a "
+                "`return True` inside the loop over trials?)")
+
+
 @dataclass(frozen=True)
 class OracleCase:
     name: str
@@ -441,6 +467,7 @@ class OracleCase:
     fn: object
     kwargs: dict
     causal: bool  # the known truth
+    share: float = 1.0  # of an even share of the part's points (two cases share one: 16 shares in all)
 
 
 ORACLE_CASES = (
@@ -451,7 +478,9 @@ ORACLE_CASES = (
     OracleCase("next_into_first", "a leak only from position 1 into position 0", next_into_first, {}, False),
     OracleCase("tiny_leak", "a tiny leak: weight 0.001 on the next position", tiny_leak, {}, False),
     OracleCase("input_dependent_leak", "a leak that opens only for some inputs", leak_for_negative_inputs, {},
-               False),
+               False, share=0.5),
+    OracleCase("leak_after_one_trial", "a leak that opens only after one trial's calls (a function with state)",
+               LeakAfterOneTrial(), {}, False, share=0.5),
     OracleCase("roundoff", "a causal function with float round-off noise", causal_with_roundoff, {}, True),
     OracleCase("per_position_mlp", "a per-position MLP (no mixing between positions)", per_position_mlp, {}, True),
     OracleCase("last_into_second_last", "a leak only from the last position into the one before it",
@@ -467,6 +496,9 @@ ORACLE_CASES = (
                {}, False),
     OracleCase("two_ahead_leak", "a leak from two positions ahead only", two_ahead_leak, {}, False),
 )
+
+
+SHARES = sum(case.share for case in ORACLE_CASES)
 
 
 def oracle_inputs(case: OracleCase):

@@ -636,7 +636,8 @@ def split_heads(x, n_heads):
 
 
 def test_a_float_size_that_raises_later_is_told_where_it_comes_from():
-    """A head size computed with / raised at the reshape, told only as the TypeError (the fresh set)."""
+    """A head size computed with / raised at the reshape, told only as the TypeError (the fresh set):
+    what the error usually means, and where the names on the line that raised were set."""
     source = """
 import numpy as np
 
@@ -647,6 +648,8 @@ def split_heads(x, n_heads):
     results = graded_in_worker(UNITS["03_multihead"], "split_heads", source)
     raised = [r.message for r in results if ": raised TypeError" in r.message]
     assert raised and all("is it computed with / where // gives a whole number?" in m for m in raised), raised
+    # and the line that made the float, where the names on the line that raised were set
+    assert all("`d_head` on line 5: `d_head = x.shape[-1] / n_heads`" in m for m in raised), raised
 
 
 BREAKDOWN = """

@@ -13,6 +13,7 @@ the variants are the course's own code and run in this process."""
 
 from __future__ import annotations
 
+import ast
 import copy
 import sys
 
@@ -150,7 +151,8 @@ def grade_part(unit: Unit, part_name: str, student, seconds: float = CHECK_SECON
             problem = (f"`{part.name}` still raises NotImplementedError: replace that line "
                        "with your code")
         elif outcome.error is not None:
-            problem = f"raised {outcome.error}{raised_at(outcome)}{exception_hint(outcome.error)}"
+            problem = (f"raised {outcome.error}{raised_at(outcome)}{exception_hint(outcome.error)}"
+                       f"{_quietly(names_set_earlier, student, outcome)}")
         else:
             with quiet():
                 problem = part.diagnose(outcome.value, expected.value, inputs, check.tol)
@@ -278,6 +280,50 @@ def raised_at(outcome: Outcome) -> str:
     if not isinstance(where, str) or not where:
         return ""
     return f" (in your code: {where[:200]})"
+
+
+def _quietly(words, *args) -> str:
+    """Words for the feedback whose own failure costs nothing: no words."""
+    try:
+        return words(*args)
+    except Exception:  # noqa: BLE001 - feedback words only, never a grade
+        return ""
+
+
+def names_set_earlier(student, outcome: Outcome) -> str:
+    """Where the names on the student's line that raised were last set, earlier in the same function,
+    since an exception's cause often lies there (a mask squeezed the line before, a size divided
+    with /): read from the submission's own source, parsed here (never run), for its feedback only."""
+    where = getattr(outcome, "where", None)
+    cells = dict(getattr(student, "cells", None) or [])
+    if not isinstance(where, str) or ", line " not in where or not cells:
+        return ""
+    label, _, rest = where.partition(", line ")
+    number = rest.split(":")[0]
+    source = cells.get(label)
+    if not number.isdigit() or not isinstance(source, str) or len(source) > 200_000:
+        return ""
+    line = int(number)
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return ""
+    functions = [node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                 and node.lineno <= line <= (node.end_lineno or node.lineno)]
+    if not functions:
+        return ""
+    function = max(functions, key=lambda node: node.lineno)  # the innermost
+    used = list(dict.fromkeys(node.id for node in ast.walk(function) if isinstance(node, ast.Name)
+                              and isinstance(node.ctx, ast.Load) and node.lineno == line))
+    lines = source.splitlines()
+    told = []
+    for name in used:
+        set_on = [node.lineno for node in ast.walk(function) if isinstance(node, ast.Name)
+                  and isinstance(node.ctx, ast.Store) and node.id == name and node.lineno < line]
+        if set_on:
+            text = lines[max(set_on) - 1].strip()
+            told.append(f"`{name}` on line {max(set_on)}: `{text if len(text) <= 80 else text[:77] + '...'}`")
+    return f" (that line's names were last set earlier: {'; '.join(told[:2])})" if told else ""
 
 
 # Exceptions whose cause lies on an earlier line than the one that raised, and what it usually is.

@@ -1376,3 +1376,27 @@ def causal_self_attention(x, W_q, W_k, W_v):
 """)
     where = located(unit, unit.part("causal_self_attention"), namespace)
     assert where is not None and where.startswith("batch axes:"), where
+
+
+def test_a_gelu_feed_forward_or_block_computed_in_float32_is_told_its_precision():
+    """A float32 step inside a float64 computation shows only as differences of 1e-7 (the fresh set
+    fresh29e's layer_norm): told as the precision in every part of unit 04 that takes a dtype."""
+    unit = UNITS["04_block"]
+    reference = load_reference(unit.name)
+
+    def gelu32(x):
+        return reference.gelu(x.float()).to(x.dtype)
+
+    class FeedForward32(reference.FeedForward):
+        def forward(self, x):
+            return super().forward(x).float().to(x.dtype)
+
+    class Block32(reference.TransformerBlock):
+        def forward(self, x):
+            return super().forward(x).float().to(x.dtype)
+
+    for part, namespace in (("gelu", dict(vars(reference), gelu=gelu32)),
+                            ("FeedForward", dict(vars(reference), FeedForward=FeedForward32)),
+                            ("TransformerBlock", dict(vars(reference), TransformerBlock=Block32))):
+        where = located(unit, unit.part(part), namespace)
+        assert where is not None and where.startswith("the precision."), (part, where)

@@ -1323,6 +1323,15 @@ def _locate_norm(call, *, name: str, rms: bool) -> str | None:
 
 def locate_gelu(call) -> str | None:
     """gelu(x) / x is the normal CDF at x: read it off at a few points, then at +-80."""
+    xr = torch.linspace(-4.0, 4.0, 33, dtype=torch.float64)
+    got = _out(call(xr.clone()))
+    want = (xr * 0.5 * (1 + torch.erf(xr / math.sqrt(2.0)))).numpy()
+    if got is not None and got.shape == want.shape:
+        error = float(np.abs(got - want).max() / np.abs(want).max())
+        if 1e-10 < error < 1e-5:  # the tanh approximation is off by about 1e-4 of the size
+            return (f"the precision. On x from -4 to 4 in float64, your output is right only to about {error:.1g} of "
+                    "its size, float32's rounding: something inside computes in float32 (a .float(), or a constant "
+                    "tensor made without dtype=x.dtype); keep every step in x's dtype")
     x = _t([-2.0, -1.0, -0.5, 0.5, 1.0, 2.0])
     got = _out(call(x.clone()))
     phi = 0.5 * (1 + torch.erf(x / math.sqrt(2.0)))
@@ -1569,6 +1578,9 @@ def locate_attention_module(api) -> str | None:
 
 
 def locate_feed_forward(api) -> str | None:
+    precision = _float32_somewhere(api, "FeedForward", (8, 16))
+    if precision:
+        return precision
     d = 6
     x = torch.linspace(-3.0, 3.0, d, dtype=torch.float64)[None, None]
     state = _zeroed("FeedForward", (d, d))
@@ -1626,11 +1638,15 @@ def locate_block(api) -> str | None:
     got_big, got = (_module_output(api, "TransformerBlock", ctor, full, v) for v in (big, x))
     want_big, want = (_reference_output("TransformerBlock", ctor, full, v) for v in (big, x))
     if (got_big is not None and got is not None and got_big.shape == want_big.shape and got.shape == want.shape
-            and np.allclose(got_big - big.numpy(), want_big - big.numpy(), rtol=1e-6, atol=1e-9)
+            and np.allclose(got_big - big.numpy(), want_big - big.numpy(), rtol=1e-9, atol=1e-9)
             and _differs(got, want)):
         return ("the norms' eps. Your block is right on a stream of size ~1e4, where eps is nothing beside the "
                 "variance, but not on one of size ~2: ln1 and ln2 take eps = 1e-5 (nn.LayerNorm's default, and "
                 "layer_norm's), not another")
+    # (after eps: float32's round-off stays at any size, a wrong eps fades on a large stream)
+    precision = _float32_somewhere(api, "TransformerBlock", ctor)
+    if precision:
+        return precision
 
     for layers, step, setting, fix in (
             (("attn.out_proj", "ffn.fc2"), "the residual stream", "With both sublayers silenced (attn.out_proj and "

@@ -1400,3 +1400,14 @@ def test_a_gelu_feed_forward_or_block_computed_in_float32_is_told_its_precision(
                             ("TransformerBlock", dict(vars(reference), TransformerBlock=Block32))):
         where = located(unit, unit.part(part), namespace)
         assert where is not None and where.startswith("the precision."), (part, where)
+
+
+def test_a_causal_attention_scaled_by_an_axis_counted_from_the_front_is_told_the_scale():
+    """Found by a sweep of one-token changes to a correct answer: d_k read as q.shape[1] is right for
+    one sequence (and for one batch axis on the locator's equal scores) and was told nothing."""
+    unit = UNITS["02_masking"]
+    source = (Path(__file__).parent / "submissions" / "02_masking" / "correct_loops.py").read_text()
+    assert "np.sqrt(q.shape[-1])" in source
+    namespace = reference_with(unit, source.replace("np.sqrt(q.shape[-1])", "np.sqrt(q.shape[1])"))
+    where = located(unit, unit.part("causal_self_attention"), namespace)
+    assert where is not None and where.startswith("the scale with batch axes:") and "axis 1" in where, where

@@ -597,7 +597,7 @@ def locate_causal_self_attention(call) -> str | None:
             return (f"the batch axis: one sequence is right, but with x (2, 4, 5) the mask is still (n, n), n = "
                     f"x.shape[-2] = 4 (not x.shape[0]), and it must broadcast over the batch (np.where(mask, scores, "
                     f"-np.inf), not boolean indexing){told}")
-        return _located_scale(call, x, eye)
+        return _located_scale(call, x, eye) or _located_scale_with_batch_axes(call, x, eye)
     if np.allclose(got, np.full((n, n), 1 / n), atol=1e-9):
         return ("the mask: with every score equal, position t should average positions 0..t; yours averages all "
                 "of them, as if there were no mask")
@@ -643,6 +643,31 @@ def _located_scale(call, x, eye) -> str | None:
     return (f"the scale: x (4, 5) with W_q = W_k (5, 2) giving position 1 a score of {SCORE:g} on itself and 0 on "
             f"position 0: its weight on itself is {w:.4f}, which says the scores were divided by {read}; they are "
             f"divided by sqrt(d_k) = sqrt(2), d_k being the width of the keys (W_k.shape[-1]), giving {want:.4f}")
+
+
+def _located_scale_with_batch_axes(call, x, eye) -> str | None:
+    """The scale as _located_scale reads it, with two batch axes (2, 3) in front: d_k read from an
+    axis counted from the front is right for one sequence and wrong here."""
+    n, d_model = x.shape
+    W = np.zeros((d_model, 2))
+    W[1, 0] = np.sqrt(SCORE)
+    try:
+        got = as_array(call(np.broadcast_to(x, (2, 3, n, d_model)).copy(), W, W, eye))
+    except StepFailed:
+        return None
+    if got is None or got.shape != (2, 3, n, d_model):
+        return None
+    w = float(got[0, 0, 1, 1])
+    want = 1 / (1 + np.exp(-SCORE / np.sqrt(2)))
+    if abs(w - want) < 1e-9 or not 0 < w < 1:
+        return None
+    divisor = SCORE / np.log(w / (1 - w))
+    named = {"sqrt(3), the size of axis 1 (counted from the front)": np.sqrt(3),
+             "sqrt(4), the number of positions": 2.0, "sqrt(5) = sqrt(d_model)": np.sqrt(5)}
+    read = next((name for name, value in named.items() if abs(divisor - value) < 1e-6), f"{divisor:.4g}")
+    return (f"the scale with batch axes: one sequence is right, but with x (2, 3, 4, 5), two batch axes in front, "
+            f"position 1's weight on itself is {w:.4f}, which says the scores were divided by {read}, not "
+            "sqrt(d_k) = sqrt(2): read d_k from the end (q.shape[-1], or W_k.shape[-1]), whatever axes are in front")
 
 
 def locate_next_token_pairs(call) -> str | None:

@@ -1411,3 +1411,15 @@ def test_a_causal_attention_scaled_by_an_axis_counted_from_the_front_is_told_the
     namespace = reference_with(unit, source.replace("np.sqrt(q.shape[-1])", "np.sqrt(q.shape[1])"))
     where = located(unit, unit.part("causal_self_attention"), namespace)
     assert where is not None and where.startswith("the scale with batch axes:") and "axis 1" in where, where
+
+
+def test_an_attention_module_whose_merge_moves_the_batch_axis_is_told_the_batch_axes():
+    """Found by a sweep of one-token changes to a correct answer: .transpose(0, 2) for .transpose(1, 2)
+    in the merge is right for a batch of one, the locator's every input, and was told nothing."""
+    unit = UNITS["04_block"]
+    source = (Path(__file__).parent / "submissions" / "04_block" / "correct_dropout_arguments.py").read_text()
+    old = "out = (weights @ v).transpose(1, 2).contiguous().view(B, T, D)"
+    assert old in source
+    namespace = reference_with(unit, source.replace(old, old.replace("transpose(1, 2)", "transpose(0, 2)")))
+    where = located(unit, unit.part("MultiHeadAttention"), namespace)
+    assert where is not None and where.startswith("batch axes."), where

@@ -1574,6 +1574,13 @@ def locate_attention_module(api) -> str | None:
     if problem:
         return (f"the biases. With every weight right so far, random biases too: {problem}: each of q_proj, k_proj, "
                 "v_proj and out_proj is an nn.Linear with a bias, applied as a whole")
+    batch = torch.randn(3, 5, d, generator=generator, dtype=torch.float64)
+    got = _module_output(api, "MultiHeadAttention", ctor, full, batch)
+    problem = _differs(got, _reference_output("MultiHeadAttention", ctor, full, batch))
+    if problem:
+        return (f"batch axes. One sequence is right, but on a batch of 3, x (3, 5, 8), {problem}: each sequence's "
+                "output is what it is alone; split and merge the heads with the batch axis left where it is "
+                "(.transpose(1, 2), the heads and the positions, never axis 0)")
     return None
 
 

@@ -1423,3 +1423,33 @@ def test_an_attention_module_whose_merge_moves_the_batch_axis_is_told_the_batch_
     namespace = reference_with(unit, source.replace(old, old.replace("transpose(1, 2)", "transpose(0, 2)")))
     where = located(unit, unit.part("MultiHeadAttention"), namespace)
     assert where is not None and where.startswith("batch axes."), where
+
+
+def test_a_mask_kept_from_the_first_call_or_a_default_dropout_is_caught_in_unit_04():
+    """Both once kept full marks or were told only as a gradient that differs (older fresh sets): a
+    causal mask made on the first call and reused, and a dropout with p > 0 by default."""
+    unit = UNITS["04_block"]
+    reference = load_reference(unit.name)
+
+    class MaskFromFirstCall(reference.MultiHeadAttention):
+        def forward(self, x):
+            if not hasattr(self, "kept_length"):
+                self.kept_length = x.shape[-2]
+            if x.shape[-2] > self.kept_length:  # what a (3, 3) mask kept from the first call would do
+                raise RuntimeError("The size of tensor a (8) must match the size of tensor b (3)")
+            return super().forward(x)
+
+    failed = [r.name for r in grade_part(unit, "MultiHeadAttention", InProcessStudent(
+        dict(vars(reference), MultiHeadAttention=MaskFromFirstCall))) if not r.passed]
+    assert failed == ["MultiHeadAttention/two_lengths"], failed
+
+    class Dropout(reference.FeedForward):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.drop = torch.nn.Dropout(0.1)
+
+        def forward(self, x):
+            return self.drop(super().forward(x))
+
+    where = located(unit, unit.part("FeedForward"), dict(vars(reference), FeedForward=Dropout))
+    assert where is not None and where.startswith("the train mode."), where

@@ -134,9 +134,13 @@ def graded() -> Unit:
                 Check("longer_than_d_model", "more positions than d_model: d_model 4, 2 heads, x (2, 9, 4)", 0.5,
                       module_inputs("MultiHeadAttention", (4, 2), (2, 9, 4)), tol=F32,
                       probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
-                Check("float64", "the module in float64 (.double()), x (2, 6, 8)", 1,
+                Check("float64", "the module in float64 (.double()), x (2, 6, 8)", 0.5,
                       module_inputs("MultiHeadAttention", (8, 2), (2, 6, 8), torch.float64), tol=F64,
                       probe=forward_probe("MultiHeadAttention", torch.float64)),
+                Check("two_lengths", "one module called on 3 positions, then on 8: nothing kept from the first "
+                      "call (a mask made for 3 positions) may change the second", 0.5,
+                      module_inputs("MultiHeadAttention", (8, 2), (2, 8, 8)), tol=F32,
+                      probe=lengths_probe("MultiHeadAttention")),
                 Check("causal", "outputs before position 4 do not change when positions 4-7 do", 1,
                       module_inputs("MultiHeadAttention", (8, 2), (2, 8, 8)), tol=F32,
                       probe=causality_probe("MultiHeadAttention")),
@@ -428,6 +432,18 @@ def gradient_probe(cls_name):
         upstream = torch.from_numpy(np.random.default_rng(7).normal(size=tuple(x.shape))).float()
         _, (x_grad,) = api.forward(module, x, backward=upstream)
         return {"input": x_grad, **api.grads(module)}
+
+    return probe
+
+
+def lengths_probe(cls_name):
+    """One module called on the first 3 positions, then on all of them: what it keeps from its first
+    call (a mask made once, for the first length) must not change the second."""
+
+    def probe(api, inputs: Inputs):
+        module, x = built(api, cls_name, inputs)
+        api.forward(module, x[..., :3, :].clone())
+        return api.forward(module, x)
 
     return probe
 
@@ -1444,10 +1460,35 @@ def _float32_somewhere(api, cls_name: str, ctor: tuple) -> str | None:
     return None
 
 
+def _train_mode_differs(api, cls_name: str, ctor: tuple) -> str | None:
+    """Whether the module, built with the contract's arguments alone, computes otherwise in train()
+    mode than in eval() mode (a dropout with p > 0 by default): its gradients are checked in train()
+    mode, where that is all that fails."""
+    generator = torch.Generator().manual_seed(9)
+    state = {k: torch.randn(v.shape, generator=generator, dtype=torch.float64) * 0.5
+             for k, v in _zeroed(cls_name, ctor).items()}
+    x = torch.randn(2, 6, ctor[0], generator=generator, dtype=torch.float64)
+    module = api.new(cls_name, *ctor)
+    module = api.method(module, "double", keep=True)
+    api.method(module, "load_state_dict", state)
+    api.method(module, "eval", keep=True)
+    evaluated = _out(api.forward(module, x))
+    api.method(module, "train", keep=True)
+    trained = _out(api.forward(module, x))
+    if evaluated is None or trained is None or evaluated.shape != trained.shape:
+        return None
+    if np.allclose(evaluated, trained, rtol=1e-9, atol=1e-12, equal_nan=True):
+        return None
+    return (f"the train mode. Built as {cls_name}{ctor}, with nothing more, your module gives other outputs in "
+            "train() mode than in eval() mode on the same input (a dropout with p > 0?): the contract's module "
+            "has no dropout by default (p = 0.0), so training computes what evaluation does")
+
+
 def locate_attention_module(api) -> str | None:
     T, d, heads = 8, 8, 2
     ctor, x = (d, heads), torch.eye(T, dtype=torch.float64)[None]  # x = I: position t is e_t
-    precision = _float32_somewhere(api, "MultiHeadAttention", ctor)
+    precision = _float32_somewhere(api, "MultiHeadAttention", ctor) or _train_mode_differs(
+        api, "MultiHeadAttention", ctor)
     if precision:
         return precision
     # the mask's size: a sequence longer than d_model, where a mask sized by d_model runs out
@@ -1585,7 +1626,7 @@ def locate_attention_module(api) -> str | None:
 
 
 def locate_feed_forward(api) -> str | None:
-    precision = _float32_somewhere(api, "FeedForward", (8, 16))
+    precision = _float32_somewhere(api, "FeedForward", (8, 16)) or _train_mode_differs(api, "FeedForward", (8, 16))
     if precision:
         return precision
     d = 6
@@ -1651,7 +1692,7 @@ def locate_block(api) -> str | None:
                 "variance, but not on one of size ~2: ln1 and ln2 take eps = 1e-5 (nn.LayerNorm's default, and "
                 "layer_norm's), not another")
     # (after eps: float32's round-off stays at any size, a wrong eps fades on a large stream)
-    precision = _float32_somewhere(api, "TransformerBlock", ctor)
+    precision = _float32_somewhere(api, "TransformerBlock", ctor) or _train_mode_differs(api, "TransformerBlock", ctor)
     if precision:
         return precision
 

@@ -1240,6 +1240,12 @@ def softmax(x, axis=-1):
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
 """, "the axes' order."),
+    ("softmax", """
+def softmax(x, axis=-1):
+    moved = np.moveaxis(np.asarray(x, dtype=float), axis, -1)
+    e = np.exp(moved - moved.max(axis=-1, keepdims=True))
+    return np.swapaxes(e / e.sum(axis=-1, keepdims=True), axis, -1)
+""", "the axes' order."),
     ("scaled_dot_product_attention", UNIT_01_SDPA.replace("/ np.sqrt(Q.shape[-1])", "").replace(
         "softmax(scores, axis=-1)", "softmax(scores, axis=-1) / np.sqrt(Q.shape[-1])"), "the scale."),
     ("scaled_dot_product_attention", UNIT_01_SDPA.replace("return weights @ V, weights", "return weights, weights @ V"),
@@ -1453,3 +1459,17 @@ def test_a_mask_kept_from_the_first_call_or_a_default_dropout_is_caught_in_unit_
 
     where = located(unit, unit.part("FeedForward"), dict(vars(reference), FeedForward=Dropout))
     assert where is not None and where.startswith("the train mode."), where
+
+
+@pytest.mark.parametrize("values, told", [("x", "not x itself"), ("x @ W_k", "W_k's width")])
+def test_causal_attention_with_other_values_is_told_the_values(values, told):
+    """Told only the output's shape, or 'the output' (an older fresh set): values that are x, or
+    made with W_k."""
+    unit = UNITS["02_masking"]
+    namespace = reference_with(unit, f"""
+def causal_self_attention(x, W_q, W_k, W_v):
+    n = x.shape[-2]
+    return scaled_dot_product_attention(x @ W_q, x @ W_k, {values}, mask=causal_mask(n))[0]
+""")
+    where = located(unit, unit.part("causal_self_attention"), namespace)
+    assert where is not None and where.startswith("the values:") and told in where, where

@@ -278,6 +278,13 @@ def locate_softmax(call) -> str | None:
             return "the axis argument: with axis=1 your output sums to 1 over the whole array, not along axis 1"
         return ("the axis argument: with axis=1 the output should sum to 1 along axis 1; yours sums to 1 along no "
                 "axis (is the maximum, or the sum, taken along another axis than `axis`?)")
+    x0 = np.log(np.arange(1.0, 25.0).reshape(2, 3, 4))  # axis 0 of three distinct sizes
+    got = as_array(call(x0.copy(), axis=0))
+    if got is not None and got.shape != x0.shape:
+        return (f"the axes' order. With x of shape (2, 3, 4) and axis=0 your output has shape {got.shape}: the axes "
+                "come back in another order; whatever you move to compute along `axis`, move back to where it was "
+                "(np.moveaxis(result, -1, axis) undoes np.moveaxis(x, axis, -1); a swap or a transpose does not, "
+                "for three axes or more)")
     far = np.array([[0.0, 2000.0], [1000.0, 1000.0 + np.log(2)], [-1000.0, -1000.0 + np.log(2)]])
     want = np.array([[0.0, 1.0], [1 / 3, 2 / 3], [1 / 3, 2 / 3]])
     got = as_array(call(far.copy()))

@@ -573,6 +573,17 @@ def locate_causal_self_attention(call) -> str | None:
             raise
         return (f"the mask's size: for x (4, 5), 4 positions of d_model 5, the mask is (4, 4), n = x.shape[-2] (not "
                 f"x.shape[-1]); yours raised {err}")
+    if got is not None and got.shape == (n, 2):
+        return ("the values: with W_k of shape (5, 2) and W_v of shape (5, 5) your output has 2 columns, W_k's width, "
+                "not W_v's 5: the values are x @ W_v")
+    W_v3 = np.eye(d_model)[:, :3]
+    try:
+        narrow = as_array(call(x, zero, zero, W_v3))
+    except StepFailed:
+        narrow = None
+    if narrow is not None and narrow.shape == (n, d_model):
+        return ("the values: with W_v of shape (5, 3) the output should have 3 columns, one per column of W_v; yours "
+                "has 5, x's width: the values are x @ W_v, not x itself")
     got = got[:, :n] if got is not None and got.shape == (n, d_model) else got
     want = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
     if got is None or got.shape != (n, n):

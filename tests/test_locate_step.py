@@ -656,6 +656,8 @@ RIGHT_TERMS = {"attention_biases": "4", "fc2_bias": "d", "norms": "L * 4 * d + 2
     ({"fc2_bias": "d_ff"}, "ffn", "a vector of d_ff where one of d_model belongs in every block"),
     ({"norms": "L * 2 * d + 2 * d"}, "norms", "two vectors of d_model too few in every block"),
     ({"norms": "4 * d + 2 * d"}, "block", "four vectors of d_model too few in every block"),
+    # One bias for the four projections: with d_ff 20 this was also two vectors of d_ff - d_model (the fresh set)
+    ({"attention_biases": "1"}, "block", "three vectors of d_model too few in every block"),
 ])
 def test_a_count_that_is_off_is_told_which_piece_of_the_model_it_misses(slip, check, told):
     """A parameter count off by some number (the fresh set: "numbers only") is told what that number
@@ -1197,3 +1199,38 @@ def test_an_evaluate_that_takes_other_windows_or_averages_otherwise_is_told_whic
     assert old in EVALUATE
     where = located(unit, part, reference_with(unit, EVALUATE.replace(old, new)))
     assert where is not None and where.startswith(step) and told in where, where
+
+
+def test_a_count_returned_as_a_float_is_told_so():
+    """A true division in the count gave the right number as a float, once unnoticed (the fresh set)."""
+    source = BREAKDOWN.format(**RIGHT_TERMS).replace("return sum(parameter_breakdown(config).values())",
+                            "return sum(parameter_breakdown(config).values()) * config.n_heads / config.n_heads")
+    results = {r.name.split("/")[1]: r for r in graded_in_worker(UNITS["05_model"], "count_parameters", source)}
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert set(failed) == {"gpt2_small", "untied_exact"}, failed
+    assert all("the right number, but a float" in message for message in failed.values()), failed
+    source = BREAKDOWN.format(**{**RIGHT_TERMS, "norms": "(L * 4 * d + 2 * d) / 1"})
+    results = {r.name.split("/")[1]: r for r in graded_in_worker(UNITS["05_model"], "parameter_breakdown", source)}
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert set(failed) == {"total"} and "`norms` is a float" in failed["total"], failed
+
+
+CORRECT_GPT = Path(__file__).parent / "submissions" / "05_model" / "correct_loops.py"
+
+
+@pytest.mark.parametrize("old, new, told", [
+    ('name.endswith(("out_proj.weight", "fc2.weight"))', 'name.endswith(("proj.weight", "fc2.weight"))',
+     "q_proj, k_proj and v_proj's weights have a standard deviation of about 0.01 (N(0, 0.02 / sqrt(2 * n_layers))"),
+    ('elif not name.startswith("ln_f")', 'elif not name.startswith(("ln_f", "lm_head"))',
+     "lm_head's weight (in a model built with tie_weights=False) has a standard deviation of about 0.072 "
+     "(nn.Linear's default)"),
+])
+def test_an_initialisation_that_misses_or_overreaches_one_layer_is_told_which(old, new, told):
+    """q/k/v scaled like out_proj, or an untied lm_head left at nn.Linear's default, went unnoticed
+    (the fresh set): each linear layer is now measured on its own, and an untied model's lm_head too."""
+    source = CORRECT_GPT.read_text()
+    assert old in source
+    results = {r.name.split("/")[1]: r for r in graded_in_worker(UNITS["05_model"], "GPT", source.replace(old, new))}
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert set(failed) == {"initial_weights"} and told in failed["initial_weights"], failed
+

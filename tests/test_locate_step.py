@@ -1076,8 +1076,10 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
 """
     results = graded_in_worker(UNITS["06_generation"], "sample_next", source)
     failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
-    assert set(failed) == {"top_k_one", "top_k_ties", "top_k_three"}, failed
-    assert all("torch.topk returns" in message for message in failed.values()), failed
+    # top_k_beyond_vocab: torch.topk raises for a k larger than V
+    assert set(failed) == {"top_k_one", "top_k_ties", "top_k_three", "top_k_beyond_vocab"}, failed
+    assert all("torch.topk returns" in message for name, message in failed.items() if name != "top_k_beyond_vocab"), \
+        failed
 
 
 def test_an_attention_whose_softmax_subtracts_the_largest_score_of_all_is_told_its_shift():
@@ -1233,4 +1235,74 @@ def test_an_initialisation_that_misses_or_overreaches_one_layer_is_told_which(ol
     results = {r.name.split("/")[1]: r for r in graded_in_worker(UNITS["05_model"], "GPT", source.replace(old, new))}
     failed = {name: r.message for name, r in results.items() if not r.passed}
     assert set(failed) == {"initial_weights"} and told in failed["initial_weights"], failed
+
+
+SAMPLER = """
+import torch
+
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    scaled = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+"""
+
+
+@pytest.mark.parametrize("old, new, failing, told", [
+    # the fresh set's 06/04: told only the shape
+    ("return logits.argmax(dim=-1)", "return logits.argmax(dim=0)", {"greedy", "greedy_float64"},
+     "as an argmax down the batch (over dim 0) gives"),
+    # 06/06: a top_k larger than V was never tried
+    ("min(top_k, scaled.shape[-1])", "top_k", {"top_k_beyond_vocab"}, "raised RuntimeError"),
+    # 06/08: one threshold for the whole batch, told only that the frequencies differ
+    ("torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]",
+     "torch.topk(scaled.flatten(), top_k).values[-1]", {"top_k_one", "top_k_ties", "top_k_three", "top_k_beyond_vocab"},
+     "a top-k threshold taken over the whole batch"),
+    # 06/09: the temperature left out where top_k is given
+    ("kth = torch.topk(scaled,", "scaled = logits\n        kth = torch.topk(scaled,", {"top_k_three"},
+     "the logits not divided by the temperature (0.8) on the path with top_k"),
+])
+def test_a_sampler_slip_is_told_what_it_does(old, new, failing, told):
+    assert old in SAMPLER
+    results = graded_in_worker(UNITS["06_generation"], "sample_next", SAMPLER.replace(old, new))
+    failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
+    assert set(failed) == failing, failed
+    assert all(told in message for message in failed.values() if " raised " not in message or "raised" in told), failed
+    assert any(told in message for message in failed.values()), failed
+
+
+def test_a_cached_limit_that_leaves_out_the_prompt_is_named_as_an_incomplete_check():
+    """Named 'no check of context_length' though the check was there, of max_new_tokens alone (the fresh set)."""
+    source = CORRECT_CACHED.read_text()
+    old = "if idx.shape[1] + max_new_tokens > model.config.context_length:"
+    assert old in source
+    results = graded_in_worker(UNITS["06_generation"], "generate_cached",
+                               source.replace(old, "if max_new_tokens > model.config.context_length:"))
+    limit = next(r for r in results if r.name == "generate_cached/context_limit")
+    assert limit.misconception == "cache_no_limit_check", limit.message
+    assert "max_new_tokens alone, without the prompt's T" in limit.message, limit.message
+
+
+@pytest.mark.parametrize("submission, part_name, old, new", [
+    ("correct_concat_cache.py", "generate", "sample_next(logits[:, -1], temperature",
+     "sample_next(torch.softmax(logits[:, -1], dim=-1), temperature"),
+    ("correct_concat_cache.py", "generate_cached", "(out, sample_next(logits, temperature",
+     "(out, sample_next(torch.softmax(logits, dim=-1), temperature"),
+])
+def test_probabilities_handed_to_sample_next_are_told_so(submission, part_name, old, new):
+    """A softmax taken before sample_next (which takes another) was told only as tokens that differ (the
+    fresh set's 06/19): a sampled generation is replayed with the reference's sampler, and the draws are
+    those of softmax(logits) taken as logits."""
+    unit = UNITS["06_generation"]
+    source = (Path(__file__).parent / "submissions" / "06_generation" / submission).read_text()
+    assert old in source
+    part = unit.part(part_name)
+    assert located(unit, part, reference_with(unit, source)) is None
+    where = located(unit, part, reference_with(unit, source.replace(old, new)))
+    assert where is not None and where.startswith("what is handed to sample_next."), where
+    assert "softmax(logits)" in where, where
 

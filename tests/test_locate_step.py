@@ -1306,3 +1306,29 @@ def test_probabilities_handed_to_sample_next_are_told_so(submission, part_name, 
     assert where is not None and where.startswith("what is handed to sample_next."), where
     assert "softmax(logits)" in where, where
 
+
+ROPE = """
+import torch
+
+def rope(x, positions=None, base=10000.0):
+    T, d = x.shape[-2], x.shape[-1]
+    pos = torch.arange(T) if positions is None else torch.as_tensor(positions)
+    rates = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = pos.to(torch.float64)[:, None] * rates
+    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+"""
+
+
+@pytest.mark.parametrize("new, told", [
+    ("T, d = len(x), x.shape[-1]", "is T read from the first axis"),
+])
+def test_rope_with_default_positions_of_another_length_is_told_the_default_positions(new, told):
+    """T = len(x) for the default positions was blamed on the frequencies (the fresh set's 05/31)."""
+    unit = UNITS["05_model"]
+    part = unit.part("rope")
+    old = "T, d = x.shape[-2], x.shape[-1]"
+    assert old in ROPE and located(unit, part, reference_with(unit, ROPE)) is None
+    where = located(unit, part, reference_with(unit, ROPE.replace(old, new)))
+    assert where is not None and where.startswith("the default positions.") and told in where, where

@@ -948,6 +948,15 @@ def locate_rope(call) -> str | None:
                 f"position 1 is [cos t, sin t, 0, ...]; yours puts the sine in column {d // 2}, pairing i with "
                 "i + d/2 (or writing the turned pairs back as two halves): read a = x[..., 0::2], b = x[..., 1::2] "
                 "and write them back to the same columns")
+    explicit = as_array(call(ones.clone(), torch.arange(T)))
+    if explicit is not None and close(explicit[0], rope_oracle(Inputs((ones, torch.arange(T)))).numpy()[0], 1e-6) \
+            and not close(got, explicit, 1e-6):
+        unturned = close(got[0], np.broadcast_to(ones[0, 0].numpy(), (T, d)), 1e-6)
+        return ("the default positions. With positions left out, row t of x (1, 5, 8) turns by t times each rate, "
+                "t = 0..T-1, T being x.shape[-2]; given positions=torch.arange(5), yours is right, but left out, "
+                + ("it leaves every row as at position 0: is T read from the first axis (len(x), here the batch of "
+                   "1) rather than x.shape[-2]?" if unturned else "it turns the rows by other angles: make the "
+                   "default torch.arange(x.shape[-2])"))
     cosines, sines = got[0, 1, 0::2], got[0, 1, 1::2]
     want = RATES["2i / d"](pairs, d, 10000.0)
     if not (np.allclose(cosines, np.cos(want), atol=1e-6) and np.allclose(sines, np.sin(want), atol=1e-6)):

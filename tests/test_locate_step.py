@@ -255,10 +255,12 @@ UNIT_06_STEPS = {
         "generate_last_token_only": "the model's input, at step 1",
         "generate_crops_front": "the model's input, at step 4",
         "generate_new_only": "what is returned", "generate_crop_replaces_sequence": "what is returned",
-        # The model refuses a sequence longer than its context (the checks say so), and the flags, top_k and the
-        # temperature's second division do not show in a greedy generation's calls.
+        # top_k and the temperature's second division show in a sampled generation, replayed
+        "top_k_not_passed": "the call to sample_next", "generate_double_temperature": "what is handed to sample_next",
+        # The model refuses a sequence longer than its context (the checks say so), and the flags do not show in
+        # a generation's calls.
         **dict.fromkeys(("generate_no_crop", "generate_leaves_eval", "model_forced_to_train",
-                         "generate_restores_top_flag_only", "top_k_not_passed", "generate_double_temperature")),
+                         "generate_restores_top_flag_only")),
     },
     "generate_cached": {
         "generate_first_position": "the token chosen after the prompt's forward step",
@@ -274,11 +276,12 @@ UNIT_06_STEPS = {
         "cache_prefill_unmasked": f"block 0's attention{PROMPT_STEP}",
         "cache_scale_d_model": f"block 0's attention{PROMPT_STEP}",
         "cache_skips_ln_f": f"the final layer norm{PROMPT_STEP}",
-        # Not in the layers' calls: the model's flags, the limit's check, the sampler's arguments (the
-        # locator generates greedily, without top_k), what is returned.
-        **dict.fromkeys(("generate_new_only", "generate_leaves_eval", "model_forced_to_train", "top_k_not_passed",
+        # Not in the layers' calls: the model's flags, the limit's check, a sampler of its own (its draws are
+        # not sample_next's), what is returned.
+        **dict.fromkeys(("generate_new_only", "generate_leaves_eval", "model_forced_to_train",
                          "cache_limit_error_unnamed", "cache_limit_one_early", "cache_limit_assert",
                          "cache_no_limit_check", "cache_own_sampler")),
+        "top_k_not_passed": "the call to sample_next",  # in a sampled generation, replayed
     },
 }
 STEPS = {"01_attention": UNIT_01_STEPS, "02_masking": UNIT_02_STEPS, "03_multihead": UNIT_03_STEPS,
@@ -1287,13 +1290,19 @@ def test_a_cached_limit_that_leaves_out_the_prompt_is_named_as_an_incomplete_che
     assert "max_new_tokens alone, without the prompt's T" in limit.message, limit.message
 
 
-@pytest.mark.parametrize("submission, part_name, old, new", [
+SOFTMAX_HANDED = ("what is handed to sample_next", "from softmax(logits)")
+
+
+@pytest.mark.parametrize("submission, part_name, old, new, step, told", [
     ("correct_concat_cache.py", "generate", "sample_next(logits[:, -1], temperature",
-     "sample_next(torch.softmax(logits[:, -1], dim=-1), temperature"),
+     "sample_next(torch.softmax(logits[:, -1], dim=-1), temperature", *SOFTMAX_HANDED),
     ("correct_concat_cache.py", "generate_cached", "(out, sample_next(logits, temperature",
-     "(out, sample_next(torch.softmax(logits, dim=-1), temperature"),
+     "(out, sample_next(torch.softmax(logits, dim=-1), temperature", *SOFTMAX_HANDED),
+    ("correct_concat_cache.py", "generate_cached", "(out, sample_next(logits, temperature, top_k",
+     "(out, sample_next(logits / (temperature or 1.0), temperature, top_k", "what is handed to sample_next",
+     "from logits / 0.8"),
 ])
-def test_probabilities_handed_to_sample_next_are_told_so(submission, part_name, old, new):
+def test_probabilities_handed_to_sample_next_are_told_so(submission, part_name, old, new, step, told):
     """A softmax taken before sample_next (which takes another) was told only as tokens that differ (the
     fresh set's 06/19): a sampled generation is replayed with the reference's sampler, and the draws are
     those of softmax(logits) taken as logits."""
@@ -1303,8 +1312,7 @@ def test_probabilities_handed_to_sample_next_are_told_so(submission, part_name, 
     part = unit.part(part_name)
     assert located(unit, part, reference_with(unit, source)) is None
     where = located(unit, part, reference_with(unit, source.replace(old, new)))
-    assert where is not None and where.startswith("what is handed to sample_next."), where
-    assert "softmax(logits)" in where, where
+    assert where is not None and where.startswith(f"{step}.") and told in where, where
 
 
 ROPE = """

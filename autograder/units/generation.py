@@ -809,19 +809,43 @@ def locate_generate(api) -> str | None:
 
 
 SAMPLED_SEED = 2027  # the generator of the locators' sampled generation
+SAMPLED_SETTINGS = dict(temperature=0.8, top_k=6)  # of V = 19: the temperature and top_k both show in the draws
+
+
+def _handed_readings(temperature: float, top_k: int) -> dict:
+    """(step, what it does) -> the sampler call it makes of the last position's logits, for the usual
+    slips in what a generator hands sample_next."""
+    return {
+        ("what is handed to sample_next", "The draws are those sample_next makes from softmax(logits), not from the "
+         "logits: sample_next takes the last position's logits themselves (it divides by the temperature and takes "
+         "the softmax); handed probabilities, it takes a softmax again and draws from a flatter distribution "
+         "(greedy is unaffected)"):
+            lambda sample, logits, g: sample(torch.softmax(logits, dim=-1), temperature, top_k, g),
+        ("what is handed to sample_next", f"The draws are those sample_next makes from logits / {temperature:g}, "
+         "logits already divided by the temperature, which sample_next divides again: hand it the raw logits of the "
+         "last position"):
+            lambda sample, logits, g: sample(logits / temperature, temperature, top_k, g),
+        ("the call to sample_next", f"The draws are those of sample_next without top_k (top_k={top_k} was given): "
+         "call sample_next(logits, temperature, top_k, generator) with every setting the generator was given"):
+            lambda sample, logits, g: sample(logits, temperature, None, g),
+        ("the call to sample_next", f"The draws are those of sample_next at temperature 1 ({temperature:g} was "
+         "given): call sample_next(logits, temperature, top_k, generator) with every setting the generator was "
+         "given"):
+            lambda sample, logits, g: sample(logits, 1.0, top_k, g),
+    }
 
 
 def sampled_departure(api, name: str, fields: dict, prompt, new: int) -> str | None:
-    """A sampled generation (temperature 1, a seeded generator) whose head calls the grader keeps,
-    replayed here with the reference's sampler on a generator seeded alike: where the first token
-    drawn differs, and is the one drawn from softmax(logits) handed over as if they were logits,
-    the step that hands the sampler its input. (A slip that shows at temperature 0 is found by the
-    greedy replay before this is tried.)"""
+    """A sampled generation (SAMPLED_SETTINGS, a seeded generator) whose head calls the grader keeps,
+    replayed here with the reference's sampler on generators seeded alike: where the tokens are not
+    the contract's draws but every one of them is the draw one of the usual slips makes (softmax(logits)
+    or logits / temperature handed over, top_k or the temperature not passed on), that slip's step.
+    (A slip that shows at temperature 0 is found by the greedy replay before this is tried.)"""
     from ..engine.reference import load_reference
 
     model = api.remote_model(fields, model_state(fields, 7), {"lm_head": "io"})
     api.method(model, "eval", keep=True)
-    tokens = api.call(name, model, prompt, new, temperature=1.0, generator=seeded_generator(api, SAMPLED_SEED))
+    tokens = api.call(name, model, prompt, new, generator=seeded_generator(api, SAMPLED_SEED), **SAMPLED_SETTINGS)
     heads = [r.get("output") for r in api.watched(model) if isinstance(r, dict) and r.get("module") == "lm_head"]
     B, T = prompt.shape
     if len(heads) == new + T - 1:  # a prompt fed a token at a time: its first T - 1 heads are not sampled from
@@ -830,22 +854,19 @@ def sampled_departure(api, name: str, fields: dict, prompt, new: int) -> str | N
             not all(isinstance(h, torch.Tensor) and h.numel() % B == 0 for h in heads):
         return None
     sample_next = load_reference(UNIT_NAME).sample_next
-    generator = torch.Generator().manual_seed(SAMPLED_SEED)
-    for step, head in enumerate(heads):
-        logits = head.detach().reshape(B, -1, head.shape[-1])[:, -1].float()
-        state = generator.get_state()
-        want = sample_next(logits, 1.0, None, generator)
-        got = tokens[:, T + step].long()
-        if torch.equal(got, want):
-            continue
-        twice = sample_next(torch.softmax(logits, dim=-1), 1.0, None, torch.Generator().set_state(state))
-        if not torch.equal(got, twice):
-            return None
-        return (f"what is handed to sample_next. At new token {step + 1} the draw is the one sample_next makes from "
-                "softmax(logits), not from the logits: sample_next takes the last position's logits themselves (it "
-                "divides by the temperature and takes the softmax); handed probabilities, it takes a softmax again "
-                "and draws from a flatter distribution (greedy is unaffected)")
-    return None
+    last = [head.detach().reshape(B, -1, head.shape[-1])[:, -1].float() for head in heads]
+    got = tokens[:, T:].long()
+
+    def replay(draw) -> bool:
+        generator = torch.Generator().manual_seed(SAMPLED_SEED)
+        return all(torch.equal(got[:, step], draw(sample_next, logits, generator).long())
+                   for step, logits in enumerate(last))
+
+    settings = SAMPLED_SETTINGS
+    if replay(lambda sample, logits, g: sample(logits, settings["temperature"], settings["top_k"], g)):
+        return None
+    fits = [reading for reading, draw in _handed_readings(**settings).items() if replay(draw)]
+    return f"{fits[0][0]}. {fits[0][1]}" if len(fits) == 1 else None
 
 
 def replay_generate(records, prompt, tokens, context: int, new: int) -> tuple[str, str] | None:

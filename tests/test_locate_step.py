@@ -256,10 +256,12 @@ UNIT_06_STEPS = {
         "generate_last_token_only": "the model's input, at step 1",
         "generate_crops_front": "the model's input, at step 4",
         "generate_new_only": "what is returned", "generate_crop_replaces_sequence": "what is returned",
-        # The model refuses a sequence longer than its context (the checks say so), and the flags, top_k and the
-        # temperature's second division do not show in a greedy generation's calls.
+        # top_k and the temperature's second division show in a sampled generation, replayed
+        "top_k_not_passed": "the call to sample_next", "generate_double_temperature": "what is handed to sample_next",
+        # The model refuses a sequence longer than its context (the checks say so), and the flags do not show in
+        # a generation's calls.
         **dict.fromkeys(("generate_no_crop", "generate_leaves_eval", "model_forced_to_train",
-                         "generate_restores_top_flag_only", "top_k_not_passed", "generate_double_temperature")),
+                         "generate_restores_top_flag_only")),
     },
     "generate_cached": {
         "generate_first_position": "the token chosen after the prompt's forward step",
@@ -275,11 +277,12 @@ UNIT_06_STEPS = {
         "cache_prefill_unmasked": f"block 0's attention{PROMPT_STEP}",
         "cache_scale_d_model": f"block 0's attention{PROMPT_STEP}",
         "cache_skips_ln_f": f"the final layer norm{PROMPT_STEP}",
-        # Not in the layers' calls: the model's flags, the limit's check, the sampler's arguments (the
-        # locator generates greedily, without top_k), what is returned.
-        **dict.fromkeys(("generate_new_only", "generate_leaves_eval", "model_forced_to_train", "top_k_not_passed",
+        # Not in the layers' calls: the model's flags, the limit's check, a sampler of its own (its draws are
+        # not sample_next's), what is returned.
+        **dict.fromkeys(("generate_new_only", "generate_leaves_eval", "model_forced_to_train",
                          "cache_limit_error_unnamed", "cache_limit_one_early", "cache_limit_assert",
                          "cache_no_limit_check", "cache_own_sampler")),
+        "top_k_not_passed": "the call to sample_next",  # in a sampled generation, replayed
     },
 }
 STEPS = {"01_attention": UNIT_01_STEPS, "02_masking": UNIT_02_STEPS, "03_multihead": UNIT_03_STEPS,
@@ -674,6 +677,8 @@ RIGHT_TERMS = {"attention_biases": "4", "fc2_bias": "d", "norms": "L * 4 * d + 2
     ({"fc2_bias": "d_ff"}, "ffn", "a vector of d_ff where one of d_model belongs in every block"),
     ({"norms": "L * 2 * d + 2 * d"}, "norms", "two vectors of d_model too few in every block"),
     ({"norms": "4 * d + 2 * d"}, "block", "four vectors of d_model too few in every block"),
+    # One bias for the four projections: with d_ff 20 this was also two vectors of d_ff - d_model (the fresh set)
+    ({"attention_biases": "1"}, "block", "three vectors of d_model too few in every block"),
 ])
 def test_a_count_that_is_off_is_told_which_piece_of_the_model_it_misses(slip, check, told):
     """A parameter count off by some number (the fresh set: "numbers only") is told what that number
@@ -1092,8 +1097,10 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
 """
     results = graded_in_worker(UNITS["06_generation"], "sample_next", source)
     failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
-    assert set(failed) == {"top_k_one", "top_k_ties", "top_k_three"}, failed
-    assert all("torch.topk returns" in message for message in failed.values()), failed
+    # top_k_beyond_vocab: torch.topk raises for a k larger than V
+    assert set(failed) == {"top_k_one", "top_k_ties", "top_k_three", "top_k_beyond_vocab"}, failed
+    assert all("torch.topk returns" in message for name, message in failed.items() if name != "top_k_beyond_vocab"), \
+        failed
 
 
 def test_an_attention_whose_softmax_subtracts_the_largest_score_of_all_is_told_its_shift():
@@ -1473,3 +1480,139 @@ def causal_self_attention(x, W_q, W_k, W_v):
 """)
     where = located(unit, unit.part("causal_self_attention"), namespace)
     assert where is not None and where.startswith("the values:") and told in where, where
+
+
+def test_a_count_returned_as_a_float_is_told_so():
+    """A true division in the count gave the right number as a float, once unnoticed (the fresh set)."""
+    source = BREAKDOWN.format(**RIGHT_TERMS).replace("return sum(parameter_breakdown(config).values())",
+                            "return sum(parameter_breakdown(config).values()) * config.n_heads / config.n_heads")
+    results = {r.name.split("/")[1]: r for r in graded_in_worker(UNITS["05_model"], "count_parameters", source)}
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert set(failed) == {"gpt2_small", "untied_exact"}, failed
+    assert all("the right number, but a float" in message for message in failed.values()), failed
+    source = BREAKDOWN.format(**{**RIGHT_TERMS, "norms": "(L * 4 * d + 2 * d) / 1"})
+    results = {r.name.split("/")[1]: r for r in graded_in_worker(UNITS["05_model"], "parameter_breakdown", source)}
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert set(failed) == {"total"} and "`norms` is a float" in failed["total"], failed
+
+
+CORRECT_GPT = Path(__file__).parent / "submissions" / "05_model" / "correct_loops.py"
+
+
+@pytest.mark.parametrize("old, new, told", [
+    ('name.endswith(("out_proj.weight", "fc2.weight"))', 'name.endswith(("proj.weight", "fc2.weight"))',
+     "q_proj, k_proj and v_proj's weights have a standard deviation of about 0.01 (N(0, 0.02 / sqrt(2 * n_layers))"),
+    ('elif not name.startswith("ln_f")', 'elif not name.startswith(("ln_f", "lm_head"))',
+     "lm_head's weight (in a model built with tie_weights=False) has a standard deviation of about 0.072 "
+     "(nn.Linear's default)"),
+])
+def test_an_initialisation_that_misses_or_overreaches_one_layer_is_told_which(old, new, told):
+    """q/k/v scaled like out_proj, or an untied lm_head left at nn.Linear's default, went unnoticed
+    (the fresh set): each linear layer is now measured on its own, and an untied model's lm_head too."""
+    source = CORRECT_GPT.read_text()
+    assert old in source
+    results = {r.name.split("/")[1]: r for r in graded_in_worker(UNITS["05_model"], "GPT", source.replace(old, new))}
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert set(failed) == {"initial_weights"} and told in failed["initial_weights"], failed
+
+
+SAMPLER = """
+import torch
+
+def sample_next(logits, temperature=1.0, top_k=None, generator=None):
+    if temperature == 0:
+        return logits.argmax(dim=-1)
+    scaled = logits / temperature
+    if top_k is not None:
+        kth = torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]
+        scaled = scaled.masked_fill(scaled < kth, float("-inf"))
+    probs = torch.softmax(scaled, dim=-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+"""
+
+
+@pytest.mark.parametrize("old, new, failing, told", [
+    # the fresh set's 06/04: told only the shape
+    ("return logits.argmax(dim=-1)", "return logits.argmax(dim=0)", {"greedy", "greedy_float64"},
+     "as an argmax down the batch (over dim 0) gives"),
+    # 06/06: a top_k larger than V was never tried
+    ("min(top_k, scaled.shape[-1])", "top_k", {"top_k_beyond_vocab"}, "raised RuntimeError"),
+    # 06/08: one threshold for the whole batch, told only that the frequencies differ
+    ("torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]",
+     "torch.topk(scaled.flatten(), top_k).values[-1]", {"top_k_one", "top_k_ties", "top_k_three", "top_k_beyond_vocab"},
+     "a top-k threshold taken over the whole batch"),
+    # 06/09: the temperature left out where top_k is given
+    ("kth = torch.topk(scaled,", "scaled = logits\n        kth = torch.topk(scaled,", {"top_k_three"},
+     "the logits not divided by the temperature (0.8) on the path with top_k"),
+])
+def test_a_sampler_slip_is_told_what_it_does(old, new, failing, told):
+    assert old in SAMPLER
+    results = graded_in_worker(UNITS["06_generation"], "sample_next", SAMPLER.replace(old, new))
+    failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
+    assert set(failed) == failing, failed
+    assert all(told in message for message in failed.values() if " raised " not in message or "raised" in told), failed
+    assert any(told in message for message in failed.values()), failed
+
+
+def test_a_cached_limit_that_leaves_out_the_prompt_is_named_as_an_incomplete_check():
+    """Named 'no check of context_length' though the check was there, of max_new_tokens alone (the fresh set)."""
+    source = CORRECT_CACHED.read_text()
+    old = "if idx.shape[1] + max_new_tokens > model.config.context_length:"
+    assert old in source
+    results = graded_in_worker(UNITS["06_generation"], "generate_cached",
+                               source.replace(old, "if max_new_tokens > model.config.context_length:"))
+    limit = next(r for r in results if r.name == "generate_cached/context_limit")
+    assert limit.misconception == "cache_no_limit_check", limit.message
+    assert "max_new_tokens alone, without the prompt's T" in limit.message, limit.message
+
+
+SOFTMAX_HANDED = ("what is handed to sample_next", "from softmax(logits)")
+
+
+@pytest.mark.parametrize("submission, part_name, old, new, step, told", [
+    ("correct_concat_cache.py", "generate", "sample_next(logits[:, -1], temperature",
+     "sample_next(torch.softmax(logits[:, -1], dim=-1), temperature", *SOFTMAX_HANDED),
+    ("correct_concat_cache.py", "generate_cached", "(out, sample_next(logits, temperature",
+     "(out, sample_next(torch.softmax(logits, dim=-1), temperature", *SOFTMAX_HANDED),
+    ("correct_concat_cache.py", "generate_cached", "(out, sample_next(logits, temperature, top_k",
+     "(out, sample_next(logits / (temperature or 1.0), temperature, top_k", "what is handed to sample_next",
+     "from logits / 0.8"),
+])
+def test_probabilities_handed_to_sample_next_are_told_so(submission, part_name, old, new, step, told):
+    """A softmax taken before sample_next (which takes another) was told only as tokens that differ (the
+    fresh set's 06/19): a sampled generation is replayed with the reference's sampler, and the draws are
+    those of softmax(logits) taken as logits."""
+    unit = UNITS["06_generation"]
+    source = (Path(__file__).parent / "submissions" / "06_generation" / submission).read_text()
+    assert old in source
+    part = unit.part(part_name)
+    assert located(unit, part, reference_with(unit, source)) is None
+    where = located(unit, part, reference_with(unit, source.replace(old, new)))
+    assert where is not None and where.startswith(f"{step}.") and told in where, where
+
+
+ROPE = """
+import torch
+
+def rope(x, positions=None, base=10000.0):
+    T, d = x.shape[-2], x.shape[-1]
+    pos = torch.arange(T) if positions is None else torch.as_tensor(positions)
+    rates = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)
+    angles = pos.to(torch.float64)[:, None] * rates
+    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    a, b = x[..., 0::2], x[..., 1::2]
+    return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)
+"""
+
+
+@pytest.mark.parametrize("new, told", [
+    ("T, d = len(x), x.shape[-1]", "is T read from the first axis"),
+])
+def test_rope_with_default_positions_of_another_length_is_told_the_default_positions(new, told):
+    """T = len(x) for the default positions was blamed on the frequencies (the fresh set's 05/31)."""
+    unit = UNITS["05_model"]
+    part = unit.part("rope")
+    old = "T, d = x.shape[-2], x.shape[-1]"
+    assert old in ROPE and located(unit, part, reference_with(unit, ROPE)) is None
+    where = located(unit, part, reference_with(unit, ROPE.replace(old, new)))
+    assert where is not None and where.startswith("the default positions.") and told in where, where

@@ -55,7 +55,7 @@ def graded() -> Unit:
               logits_inputs((5, 11), temperature=0), tol=Tolerance(0, 0)),
         Check("greedy_float64", "temperature 0, float64 logits (1, 7)", 0.5, logits_inputs((1, 7), torch.float64,
                                                                                              temperature=0)),
-        Check("top_k_one", "top_k=1 at temperature 1.3: greedy whatever the draw", 1,
+        Check("top_k_one", "top_k=1 at temperature 1.3: greedy whatever the draw", 0.5,
               lambda rng: Inputs((torch.from_numpy(rng.normal(size=(6, 9)) * 2).float(),)), probe=top_k_one_probe),
         _stat("frequencies_t1", "frequencies at temperature 1 for two rows of 5 logits",
               [[1.0, 0.0, -0.5, 0.5, 0.2], [-1.0, 0.4, 0.4, 1.1, 0.0]], temperature=1.0),
@@ -65,6 +65,8 @@ def graded() -> Unit:
               temperature=1.0, top_k=2),
         _stat("top_k_three", "top_k=3 at temperature 0.8", [[0.1, 1.5, -0.3, 0.9, 0.7, -2.0]], temperature=0.8,
               top_k=3),
+        _stat("top_k_beyond_vocab", "top_k=8 for rows of 5 logits (a top_k larger than V keeps every token)",
+              [[0.5, -1.0, 1.2, 0.0, 0.3], [1.0, 1.0, -0.5, 0.2, -2.0]], points=0.5, temperature=1.0, top_k=8),
         Check("same_seed", "two generators seeded alike give the same draws (64 rows of 6 logits)", 0.5,
               logits_inputs((64, 6)), probe=same_seed_probe),
         Check("defaults", "left out, temperature and top_k are 1.0 and None: the same draws as with them given, "
@@ -566,7 +568,60 @@ def chi_square_survival(statistic: float, dof: int) -> float:
                                          torch.tensor(statistic / 2, dtype=torch.float64)))
 
 
-def diagnose_draws(result, expected) -> str | None:
+def _distribution(rows, temperature: float, top_k, whole_batch: bool = False):
+    """softmax(rows / temperature) over the top k of each row, or over the entries at least as large
+    as the k-th largest of the whole batch the sampler was given (each row repeated DRAWS times);
+    None where that leaves a row with nothing to draw."""
+    scaled = rows.double() / temperature
+    if top_k is not None:
+        if whole_batch:
+            flat = scaled.repeat_interleave(DRAWS, dim=0).flatten()
+            kth = flat.topk(min(top_k, flat.numel())).values[-1]
+        else:
+            kth = scaled.sort(dim=-1, descending=True).values[:, min(top_k, rows.shape[1]) - 1:][:, :1]
+        scaled = torch.where(scaled >= kth, scaled, torch.tensor(-math.inf, dtype=scaled.dtype))
+    if bool(torch.isinf(scaled).all(dim=-1).any()):
+        return None
+    return torch.softmax(scaled, dim=-1)
+
+
+def _fits(counts, probs) -> bool:
+    """The counts (R, V) are a plausible draw from probs (R, V): none outside its support, and the
+    chi-square test passes."""
+    support = probs > 0
+    if bool(((~support) & (counts > 0)).any()):
+        return False
+    want = probs * DRAWS
+    statistic = float((((counts - want) ** 2) / want.where(support, torch.ones_like(want)))[support].sum())
+    return chi_square_survival(statistic, int(support.sum()) - probs.shape[0]) >= FALSE_FAIL
+
+
+def _draws_reading(counts, expected_probs, inputs: Inputs | None) -> str:
+    """" They match <a mistake>: <what to do>", where the frequencies fit exactly one of the usual
+    wrong distributions (and not the contract's), or ""."""
+    if inputs is None or not inputs.args or not isinstance(inputs.args[0], torch.Tensor):
+        return ""
+    rows, settings = inputs.args[0], inputs.kwargs.get("settings", {})
+    T, k = settings.get("temperature", 1.0), settings.get("top_k")
+    readings = {}
+    if T != 1.0:
+        readings[f"the logits not divided by the temperature ({T:g}){' on the path with top_k' if k else ''}: "
+                 "divide them by the temperature before the top-k cut and the softmax, whether or not top_k is "
+                 "given"] = _distribution(rows, 1.0, k)
+        readings[f"the logits divided by the temperature ({T:g}) twice: divide once, before the softmax"] = \
+            _distribution(rows / T, T, k)
+    if k is not None:
+        readings["a top-k threshold taken over the whole batch (the k-th largest of every row's logits flattened "
+                 "together: here the largest logit of all, the batch checked being copies of a few rows), not each "
+                 "row's own: take the k-th largest along the vocabulary, "
+                 "torch.topk(scaled, k, dim=-1).values[:, -1:]"] = \
+            _distribution(rows, T, k, whole_batch=True)
+    fits = [sentence for sentence, probs in readings.items()
+            if probs is not None and not torch.allclose(probs, expected_probs.double()) and _fits(counts, probs)]
+    return f". They match {fits[0]}" if len(fits) == 1 else ""
+
+
+def diagnose_draws(result, expected, inputs: Inputs | None = None) -> str | None:
     if not isinstance(result, dict) or "counts" not in result:
         ids = result.get("ids") if isinstance(result, dict) else result
         return f"expected {DRAWS} ids per row, shape (B,) and an integer dtype; got {describe(ids)}"
@@ -585,7 +640,7 @@ def diagnose_draws(result, expected) -> str | None:
         if outside.any():
             row, token = (int(v) for v in outside.nonzero()[0])
             return (f"row {row} drew token {token} {int(counts[row, token])} times, though it is outside the top k "
-                    "and should have probability 0")
+                    "and should have probability 0" + _draws_reading(counts, probs, inputs))
         support = probs > 0
         want = probs * DRAWS
         statistic = float((((counts - want) ** 2) / want.where(support, torch.ones_like(want)))[support].sum())
@@ -595,7 +650,7 @@ def diagnose_draws(result, expected) -> str | None:
             row = int(((counts / DRAWS - probs).abs().sum(dim=1)).argmax())
             return (f"the frequencies do not follow the contract's distribution (chi-square {statistic:.0f} on {dof} "
                     f"degrees of freedom, p = {p:.1g}): row {row} drew {_fractions(counts[row] / DRAWS)} where "
-                    f"{_fractions(probs[row])} was expected")
+                    f"{_fractions(probs[row])} was expected{_draws_reading(counts, probs, inputs)}")
         return None
     # Against another sampler's counts (a catalogued variant): a test of homogeneity.
     other = expected["counts"].double()[:, :-1]
@@ -620,7 +675,7 @@ def _fractions(row) -> str:
 
 def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
     if isinstance(expected, dict) and ("probabilities" in expected or "counts" in expected):
-        return diagnose_draws(result, expected)
+        return diagnose_draws(result, expected, inputs)
     if isinstance(expected, dict) and "ok" in expected:  # a facet of the trace
         return diagnose_facet(result, expected, "the calls")
     if isinstance(expected, dict) and "error" in expected:
@@ -681,6 +736,11 @@ def diagnose_ids(result, expected, inputs: Inputs, prompt=None) -> str | None:
             hint = ": return the prompt followed by the new tokens"
         elif result.ndim == expected.ndim + 1 and result.shape[-1] == 1:
             hint = ": squeeze the last dimension (multinomial returns (B, 1))"
+        elif prompt is None and inputs.args and isinstance(inputs.args[0], torch.Tensor) and \
+                inputs.args[0].ndim == 2 and result.ndim == 1 and result.shape[0] == inputs.args[0].shape[1] \
+                != inputs.args[0].shape[0]:
+            hint = (": one id for each of the V columns, as an argmax down the batch (over dim 0) gives. Take the "
+                    "argmax over the vocabulary, the last axis (argmax(dim=-1)): one id for each row")
         return f"the ids have shape {tuple(result.shape)}, expected {tuple(expected.shape)}{hint}"
     if torch.equal(result.long(), expected.long()):
         return None
@@ -743,7 +803,70 @@ def locate_generate(api) -> str | None:
     api.method(model, "eval", keep=True)
     tokens = api.call("generate", model, prompt, new, temperature=0)
     found = replay_generate(api.watched(model), prompt, tokens, fields["context_length"], new)
-    return None if found is None else f"{found[0]}. {found[1]}"
+    if found is None:
+        return sampled_departure(api, "generate", fields, prompt, new)
+    return f"{found[0]}. {found[1]}"
+
+
+SAMPLED_SEED = 2027  # the generator of the locators' sampled generation
+SAMPLED_SETTINGS = dict(temperature=0.8, top_k=6)  # of V = 19: the temperature and top_k both show in the draws
+
+
+def _handed_readings(temperature: float, top_k: int) -> dict:
+    """(step, what it does) -> the sampler call it makes of the last position's logits, for the usual
+    slips in what a generator hands sample_next."""
+    return {
+        ("what is handed to sample_next", "The draws are those sample_next makes from softmax(logits), not from the "
+         "logits: sample_next takes the last position's logits themselves (it divides by the temperature and takes "
+         "the softmax); handed probabilities, it takes a softmax again and draws from a flatter distribution "
+         "(greedy is unaffected)"):
+            lambda sample, logits, g: sample(torch.softmax(logits, dim=-1), temperature, top_k, g),
+        ("what is handed to sample_next", f"The draws are those sample_next makes from logits / {temperature:g}, "
+         "logits already divided by the temperature, which sample_next divides again: hand it the raw logits of the "
+         "last position"):
+            lambda sample, logits, g: sample(logits / temperature, temperature, top_k, g),
+        ("the call to sample_next", f"The draws are those of sample_next without top_k (top_k={top_k} was given): "
+         "call sample_next(logits, temperature, top_k, generator) with every setting the generator was given"):
+            lambda sample, logits, g: sample(logits, temperature, None, g),
+        ("the call to sample_next", f"The draws are those of sample_next at temperature 1 ({temperature:g} was "
+         "given): call sample_next(logits, temperature, top_k, generator) with every setting the generator was "
+         "given"):
+            lambda sample, logits, g: sample(logits, 1.0, top_k, g),
+    }
+
+
+def sampled_departure(api, name: str, fields: dict, prompt, new: int) -> str | None:
+    """A sampled generation (SAMPLED_SETTINGS, a seeded generator) whose head calls the grader keeps,
+    replayed here with the reference's sampler on generators seeded alike: where the tokens are not
+    the contract's draws but every one of them is the draw one of the usual slips makes (softmax(logits)
+    or logits / temperature handed over, top_k or the temperature not passed on), that slip's step.
+    (A slip that shows at temperature 0 is found by the greedy replay before this is tried.)"""
+    from ..engine.reference import load_reference
+
+    model = api.remote_model(fields, model_state(fields, 7), {"lm_head": "io"})
+    api.method(model, "eval", keep=True)
+    tokens = api.call(name, model, prompt, new, generator=seeded_generator(api, SAMPLED_SEED), **SAMPLED_SETTINGS)
+    heads = [r.get("output") for r in api.watched(model) if isinstance(r, dict) and r.get("module") == "lm_head"]
+    B, T = prompt.shape
+    if len(heads) == new + T - 1:  # a prompt fed a token at a time: its first T - 1 heads are not sampled from
+        heads = heads[T - 1:]
+    if len(heads) != new or not isinstance(tokens, torch.Tensor) or tuple(tokens.shape) != (B, T + new) or \
+            not all(isinstance(h, torch.Tensor) and h.numel() % B == 0 for h in heads):
+        return None
+    sample_next = load_reference(UNIT_NAME).sample_next
+    last = [head.detach().reshape(B, -1, head.shape[-1])[:, -1].float() for head in heads]
+    got = tokens[:, T:].long()
+
+    def replay(draw) -> bool:
+        generator = torch.Generator().manual_seed(SAMPLED_SEED)
+        return all(torch.equal(got[:, step], draw(sample_next, logits, generator).long())
+                   for step, logits in enumerate(last))
+
+    settings = SAMPLED_SETTINGS
+    if replay(lambda sample, logits, g: sample(logits, settings["temperature"], settings["top_k"], g)):
+        return None
+    fits = [reading for reading, draw in _handed_readings(**settings).items() if replay(draw)]
+    return f"{fits[0][0]}. {fits[0][1]}" if len(fits) == 1 else None
 
 
 def replay_generate(records, prompt, tokens, context: int, new: int) -> tuple[str, str] | None:
@@ -837,7 +960,8 @@ def locate_cached(api) -> str | None:
             return (f"{step}, on a second call. {detail} The first call, on another prompt, went right: is a cache "
                     "(or anything else) kept from one call to the next, in a global or a mutable default argument "
                     "(`cache={}`)? Start every call with an empty cache")
-    return None
+    prompt = torch.from_numpy(rng.integers(0, fields["vocab_size"], (2, 3)))
+    return sampled_departure(api, "generate_cached", fields, prompt, LOCATE_NEW)
 
 
 def _same(got, want) -> bool:
@@ -1518,8 +1642,11 @@ MISCONCEPTIONS = (
         {"generate_cached": cached_with(prefill_unmasked=True)},
     ),
     Misconception(
-        "cache_no_limit_check", "no check of context_length before generating with the cache",
-        "Check T + max_new_tokens against model.config.context_length up front and raise a ValueError naming it.",
+        "cache_no_limit_check", "no check of T + max_new_tokens against context_length before generating with the "
+        "cache, or one that leaves a part out (max_new_tokens alone, without the prompt's T)",
+        "Check the total, T + max_new_tokens (the prompt's length included), against model.config.context_length up "
+        "front and raise a ValueError naming it: with no check, or one of max_new_tokens alone, a run past the limit "
+        "goes on until pos_emb's table runs out (or not at all, one position over).",
         {"generate_cached": cached_with(no_limit_check=True)},
     ),
     Misconception(
@@ -1542,9 +1669,9 @@ MISCONCEPTIONS = (
 TIED_TOP_K = [[2.0, 1.0, 1.0, 0.5, -1.0, 0.0], [0.3, 0.3, 0.3, 2.0, -0.5, 1.2]]
 
 
-def _stat(name, what, rows, **settings):
+def _stat(name, what, rows, points=1, **settings):
     return Check(name, f"{what} ({DRAWS:,} draws per row; a chi-square test that a correct sampler fails with "
-                 f"probability below {FALSE_FAIL:g})", 1, draws_inputs(rows, **settings), probe=draws_probe,
+                 f"probability below {FALSE_FAIL:g})", points, draws_inputs(rows, **settings), probe=draws_probe,
                  oracle=draws_oracle)
 
 

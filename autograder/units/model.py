@@ -209,6 +209,10 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
     if isinstance(expected, int | float) and not isinstance(expected, bool):
         if not isinstance(result, int | float | np.integer | np.floating) or isinstance(result, bool | np.bool_):
             return f"expected a number, got {describe(result)}"
+        if isinstance(expected, int) and isinstance(result, float | np.floating) and float(result) == expected:
+            return (f"counted {float(result)!r}: the right number, but a float, where a count is a Python int "
+                    "(a true division `/` somewhere in the count makes every sum after it a float: divide with `//`, "
+                    "or multiply before dividing)")
         result = int(result) if float(result).is_integer() else float(result)
         if result != expected:
             return f"counted {result:,}, expected {expected:,} (off by {result - expected:+,})"
@@ -236,6 +240,12 @@ def diagnose_breakdown(result, expected, inputs: Inputs) -> str | None:
             return f"{name}: the keys are {sorted(got)}, expected {sorted(BREAKDOWN_KEYS)}"
         if not all(_is_number(v) for v in got.values()):
             return f"{name}: every value should be a number of parameters"
+        floats = [key for key, value in got.items() if isinstance(value, float | np.floating)]
+        if term == "total" and floats and sum(got.values()) == expected["totals"][name]:
+            which = ", ".join(f"`{key}`" for key in floats)
+            return (f"{name}: {which} {'is a float' if len(floats) == 1 else 'are floats'} ({got[floats[0]]!r}), "
+                    "where a count is a Python int (a true division `/` makes a float: divide with `//`, or "
+                    "multiply before dividing)")
         total = expected["totals"][name]
         if term == "total" and sum(got.values()) != total:
             return f"{name}: the parts sum to {sum(got.values()):,}, but the model has {total:,} parameters"
@@ -502,7 +512,9 @@ def count_inputs(fields: dict, published: int | None = None, should_be: str | No
 # own counts, so a slip in one term costs that term's check and the exact totals, not every
 # check, and the variant whose term is off the same way is named.
 
-COUNT_BASE = config_fields(40, 12, 8, 2, 2, d_ff=20)
+# d_ff 19: no two pieces of a block (1 to 4 of each) have the same size, so that a block's count that is
+# off reads one way only (with d_ff 20, two vectors of d_ff - d_model are three of d_model).
+COUNT_BASE = config_fields(40, 12, 8, 2, 2, d_ff=19)
 
 
 def _is_number(value) -> bool:
@@ -545,7 +557,7 @@ TERMS = {
     "d_ff_default": (0.5, "the count with d_ff=None less the count with d_ff=4 * d_model",
                      lambda count, f: count(d_ff=None) - count(d_ff=4 * f["d_model"]),
                      "0: d_ff=None means 4 * d_model"),
-    "block": (1.5, "the increase for one more layer (n_layers + 1, d_ff=20)",
+    "block": (1.5, "the increase for one more layer (n_layers + 1, d_ff=19)",
               lambda count, f: count(n_layers=f["n_layers"] + 1) - count(),
               "a block: ln1, ln2, q_proj, k_proj, v_proj, out_proj, fc1 and fc2, with their biases"),
     "final_norm": (0.5, "what is left of the count without the terms that grow with vocab_size, context_length "
@@ -607,8 +619,9 @@ INNER_LAYERS = ("attn.q_proj", "attn.k_proj", "attn.v_proj", "ffn.fc1")
 NORMS = ("ln1", "ln2")
 
 
-def _std_label(target: float, weights: list) -> str:
-    """Which of the usual draws a group of weight matrices looks like (20% either way)."""
+def _std_label(target: float, weights: list, scaled: float | None = None) -> str:
+    """Which of the usual draws a group of weight matrices looks like (20% either way); `scaled`: the
+    residual layers' 0.02 / sqrt(2 * n_layers), for a linear layer (not a table)."""
     def near(value, want):
         return abs(value - want) <= 0.2 * want
 
@@ -624,27 +637,34 @@ def _std_label(target: float, weights: list) -> str:
         return "N(0, 1)"
     if near(std, GPT2_STD):
         return "N(0, 0.02)"
+    if scaled is not None and near(std, scaled):
+        return "scaled"
     return "another scale"
 
 
-def init_summary(state, fields: dict) -> dict:
-    """{"labels": {group: what its weights look like}, "std": {group: measured}} from a state dict."""
-    def tensor(name):
-        value = state.get(name) if isinstance(state, dict) else None
+def init_summary(state, fields: dict, untied_state=None) -> dict:
+    """{"labels": {group: what its weights look like}, "std": {group: measured}} from a state dict
+    (and an untied model's, for its lm_head). Each linear layer of the blocks is a group of its own
+    (its weights in every block), so that one layer drawn otherwise shows beside the others."""
+    def tensor(name, source=state):
+        value = source.get(name) if isinstance(source, dict) else None
         if not isinstance(value, torch.Tensor) or not value.is_floating_point() or value.numel() == 0:
             raise KeyError(name)
         return value.detach().double()
 
     L = fields["n_layers"]
+    scaled = GPT2_STD / np.sqrt(2 * L)
     labels, stds = {}, {}
     try:
         tables = {"token_emb": tensor("token_emb.weight"), "pos_emb": tensor("pos_emb.weight")}
-        layers = {group: [tensor(f"blocks.{b}.{layer}.weight") for b in range(L) for layer in names]
-                  for group, names in (("inner", INNER_LAYERS), ("residual", RESIDUAL_LAYERS))}
+        layers = {layer: [tensor(f"blocks.{b}.{layer}.weight") for b in range(L)]
+                  for layer in INNER_LAYERS + RESIDUAL_LAYERS}
         biases = torch.cat([tensor(f"blocks.{b}.{layer}.bias").flatten() for b in range(L)
                             for layer in INNER_LAYERS + RESIDUAL_LAYERS])
         norms = [(tensor(f"{prefix}.weight"), tensor(f"{prefix}.bias"))
                  for prefix in [f"blocks.{b}.{n}" for b in range(L) for n in NORMS] + ["ln_f"]]
+        if untied_state is not None:
+            layers["lm_head"] = [tensor("lm_head.weight", untied_state)]
     except KeyError as missing:
         return {"labels": None, "missing": str(missing.args[0])}
     for group, table in tables.items():
@@ -652,7 +672,7 @@ def init_summary(state, fields: dict) -> dict:
         labels[group] = _std_label(GPT2_STD, [table])
     for group, weights in layers.items():
         stds[group] = float(torch.cat([w.flatten() for w in weights]).std())
-        labels[group] = _std_label(GPT2_STD / np.sqrt(2 * L) if group == "residual" else GPT2_STD, weights)
+        labels[group] = _std_label(scaled if group in RESIDUAL_LAYERS else GPT2_STD, weights, scaled)
     labels["biases"] = "zero" if float(biases.abs().max()) == 0.0 else "not zero"
     labels["norms"] = "ones and zeros" if all(bool((w == 1).all()) and bool((b == 0).all()) for w, b in norms) \
         else "changed"
@@ -663,9 +683,14 @@ INIT_SEED = 1234  # the random weights a fresh model draws are the same on every
 
 
 def init_probe(api, inputs: Inputs):
+    """The weights of a freshly built model, and of an untied one (whose lm_head has a weight of its own)."""
+    fields = inputs.kwargs["fields"]
     api.given("torch.manual_seed", INIT_SEED)
-    model = api.new("GPT", api.record(**inputs.kwargs["fields"]))
-    return init_summary(api.method(model, "state_dict"), inputs.kwargs["fields"])
+    model = api.new("GPT", api.record(**fields))
+    state = api.method(model, "state_dict")
+    api.given("torch.manual_seed", INIT_SEED)
+    untied = api.new("GPT", api.record(**{**fields, "tie_weights": False}))
+    return init_summary(state, fields, api.method(untied, "state_dict"))
 
 
 def initial_loss_probe(api, inputs: Inputs):
@@ -698,14 +723,18 @@ def init_inputs(rng):
 
 
 INIT_GROUPS = {  # group: how a message names it, and what GPT-2 draws
-    "token_emb": ("token_emb's weights", "N(0, 0.02)"),
-    "pos_emb": ("pos_emb's weights", "N(0, 0.02)"),
-    "inner": ("q_proj, k_proj, v_proj and fc1's weights", "N(0, 0.02)"),
-    "residual": ("out_proj and fc2's weights (the layers that write into the residual stream)",
-                 "N(0, 0.02 / sqrt(2 * n_layers))"),
+    "token_emb": ("token_emb", "N(0, 0.02)"),
+    "pos_emb": ("pos_emb", "N(0, 0.02)"),
+    **{layer: (layer.split(".")[1], "N(0, 0.02)") for layer in INNER_LAYERS},
+    **{layer: (layer.split(".")[1], "N(0, 0.02 / sqrt(2 * n_layers))") for layer in RESIDUAL_LAYERS},
+    "lm_head": ("lm_head", "N(0, 0.02), as every nn.Linear"),
     "biases": ("the linear layers' biases", "zero"),
     "norms": ("the LayerNorms' weights and biases", "ones and zeros, as nn.LayerNorm makes them"),
 }
+
+
+def _and(names: list) -> str:
+    return names[0] if len(names) == 1 else f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 def diagnose_init(result, expected) -> str | None:
@@ -725,18 +754,27 @@ def diagnose_init(result, expected) -> str | None:
         missing = result.get("missing") if isinstance(result, dict) else None
         return f"could not read the freshly built model's `{missing}`" if missing else \
             f"could not read the freshly built model's weights ({describe(result)})"
-    problems = []
+    # The groups drawn the same wrong way, told together: {(what they look like, GPT-2's draw): groups}
+    wrong: dict[tuple, list] = {}
     for group, want in expected["labels"].items():
         got = result["labels"].get(group)
-        if got == want:
+        if got != want:
+            wrong.setdefault((got, INIT_GROUPS[group][1]), []).append(group)
+    problems = []
+    for (got, draw), groups in wrong.items():
+        names = [INIT_GROUPS[group][0] for group in groups]
+        measured = [result.get("std", {}).get(group) for group in groups]
+        if any(m is None for m in measured):
+            problems.append(f"{_and(names)} are {got}, where GPT-2 starts them at {draw}")
             continue
-        what, draw = INIT_GROUPS[group]
-        measured = result.get("std", {}).get(group)
-        if measured is None:
-            problems.append(f"{what} are {got}, where GPT-2 starts them at {draw}")
-        else:
-            problems.append(f"{what} have a standard deviation of {measured:.3g} ({LOOKS_LIKE.get(got, got)}), where "
-                            f"GPT-2 draws them from {draw}")
+        weights = f"{_and(names)}'s weight" if len(names) == 1 else f"{_and(names)}'s weights"
+        spread = f"a standard deviation of about {np.mean(measured):.2g}" if max(measured) <= 1.2 * min(measured) \
+            else f"standard deviations from {min(measured):.2g} to {max(measured):.2g}"
+        where = (" (the layers that write into the residual stream)" if set(groups) <= set(RESIDUAL_LAYERS)
+                 else " (in a model built with tie_weights=False)" if groups == ["lm_head"] else "")
+        problems.append(f"{weights}{where} {'has' if len(names) == 1 else 'have'} {spread} "
+                        f"({LOOKS_LIKE.get(got, got)}), where GPT-2 draws {'it' if len(names) == 1 else 'them'} "
+                        f"from {draw}")
     return "; ".join(problems) or None
 
 
@@ -747,6 +785,7 @@ LOOKS_LIKE = {
     "Xavier": "Xavier's, sqrt(2 / (fan_in + fan_out))",
     "another scale": "not a scale GPT-2 uses",
     "as GPT-2": "GPT-2's",
+    "scaled": "N(0, 0.02 / sqrt(2 * n_layers)), the scaled draw GPT-2 keeps for out_proj and fc2",
 }
 
 
@@ -909,6 +948,15 @@ def locate_rope(call) -> str | None:
                 f"position 1 is [cos t, sin t, 0, ...]; yours puts the sine in column {d // 2}, pairing i with "
                 "i + d/2 (or writing the turned pairs back as two halves): read a = x[..., 0::2], b = x[..., 1::2] "
                 "and write them back to the same columns")
+    explicit = as_array(call(ones.clone(), torch.arange(T)))
+    if explicit is not None and close(explicit[0], rope_oracle(Inputs((ones, torch.arange(T)))).numpy()[0], 1e-6) \
+            and not close(got, explicit, 1e-6):
+        unturned = close(got[0], np.broadcast_to(ones[0, 0].numpy(), (T, d)), 1e-6)
+        return ("the default positions. With positions left out, row t of x (1, 5, 8) turns by t times each rate, "
+                "t = 0..T-1, T being x.shape[-2]; given positions=torch.arange(5), yours is right, but left out, "
+                + ("it leaves every row as at position 0: is T read from the first axis (len(x), here the batch of "
+                   "1) rather than x.shape[-2]?" if unturned else "it turns the rows by other angles: make the "
+                   "default torch.arange(x.shape[-2])"))
     cosines, sines = got[0, 1, 0::2], got[0, 1, 1::2]
     want = RATES["2i / d"](pairs, d, 10000.0)
     if not (np.allclose(cosines, np.cos(want), atol=1e-6) and np.allclose(sines, np.sin(want), atol=1e-6)):
@@ -1107,6 +1155,7 @@ def gpt_variant(**knobs):
                 if knobs.get("head_bias"):  # nn.Linear's default bias=True, zeroed by GPT-2's init
                     self.lm_head = nn.Linear(config.d_model, config.vocab_size)
                     nn.init.zeros_(self.lm_head.bias)
+                    nn.init.normal_(self.lm_head.weight, std=GPT2_STD)
                     self.lm_head.weight = self.token_emb.weight if config.tie_weights else self.lm_head.weight
 
             def forward(self, idx):
@@ -1135,7 +1184,7 @@ def gpt_variant(**knobs):
 # "flat" (N(0, 0.02) everywhere), whether the biases are zeroed)
 HALF_RIGHT_INITS = {
     "pytorch_defaults": (1.0, 1.0, "default", False),
-    "embeddings_default": (1.0, 1.0, "scaled", True),
+    "embeddings_default": (1.0, 1.0, "scaled", True),  # the blocks only: an untied lm_head left as nn.Linear draws it
     "pos_emb_default": (GPT2_STD, 1.0, "scaled", True),
     "embeddings_only": (GPT2_STD, GPT2_STD, "default", False),
     "not_scaled": (GPT2_STD, GPT2_STD, "flat", True),
@@ -1174,7 +1223,7 @@ def initialise_as(model, how: str) -> None:
                 bound = 1 / np.sqrt(layer.in_features)
                 nn.init.uniform_(layer.bias, -bound, bound)
     if not model.config.tie_weights:
-        if linear == "default":
+        if linear == "default" or how == "embeddings_default":
             model.lm_head.reset_parameters()
         elif linear == "xavier":
             nn.init.xavier_uniform_(model.lm_head.weight)
@@ -1349,9 +1398,10 @@ MISCONCEPTIONS = (
         {"GPT": gpt_variant(init="pytorch_defaults")},
     ),
     Misconception(
-        "gpt_init_embeddings_default", "embeddings left at nn.Embedding's default N(0, 1)",
-        "Initialise the nn.Embedding tables too, from N(0, 0.02): an init written for nn.Linear only leaves them at "
-        "N(0, 1), and the tied lm_head then starts with huge logits.",
+        "gpt_init_embeddings_default", "GPT-2's init applied to the blocks only: the embeddings left at "
+        "nn.Embedding's default N(0, 1), an untied lm_head at nn.Linear's",
+        "Initialise the whole model, not only the blocks: token_emb and pos_emb from N(0, 0.02) (at N(0, 1) the tied "
+        "lm_head starts with huge logits), and an untied lm_head's weight from N(0, 0.02) as every nn.Linear.",
         {"GPT": gpt_variant(init="embeddings_default")},
     ),
     Misconception(

@@ -1197,3 +1197,15 @@ def test_an_evaluate_that_takes_other_windows_or_averages_otherwise_is_told_whic
     assert old in EVALUATE
     where = located(unit, part, reference_with(unit, EVALUATE.replace(old, new)))
     assert where is not None and where.startswith(step) and told in where, where
+
+
+def test_a_timer_whose_cuda_test_never_holds_is_told_to_look_at_that_test():
+    """A timer that synchronises only where a.device == torch.device('cuda') (never so for cuda:0)
+    was named as one that does not synchronise, with nothing about the test that guards it (the
+    fresh set's 07/18): the name's description and hint now cover both causes."""
+    unit = UNITS["07_flash_training"]
+    source = (Path(__file__).parent / "submissions" / "07_flash_training"
+              / "wrong_time_no_sync__device_equals_cuda.py").read_text()
+    checks = [c.to_json() for c in graded_in_worker(unit, "time_fn", source)]
+    named = [c for c in checks if c["misconception"] == "time_no_sync"]
+    assert named and all("torch.device('cuda')" in c["message"] for c in named), checks

@@ -1227,9 +1227,11 @@ MISCONCEPTIONS = (
                   "Time each call separately and return the median per call.",
                   {"time_fn": time_with(total=True)}),
     Misconception("time_no_sync", "a timer that does not wait for the GPU before it stops the clock (it measures "
-                  "the launches only)",
+                  "the launches only): no synchronise at all, or one behind a CUDA test that never holds",
                   "A GPU runs kernels asynchronously: fn returns once its work is queued. When an argument is a "
-                  "CUDA tensor, call torch.cuda.synchronize() before starting the clock and again before stopping it.",
+                  "CUDA tensor, call torch.cuda.synchronize() before starting the clock and again before stopping it. "
+                  "If you do call it, check the test that guards it: a tensor's device is cuda:0, which is not equal "
+                  "to torch.device('cuda'); test a.is_cuda (or a.device.type == 'cuda') instead.",
                   {"time_fn": time_with(no_sync=True)}),
     Misconception("time_no_sync_before", "a timer that waits for the GPU after each timed call but not before "
                   "the first, so the warm-up's queued work is timed with it",

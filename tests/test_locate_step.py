@@ -1045,6 +1045,12 @@ def flash_attention(q, k, v, causal=True, block_size=64):
     ("    for qs in range(0, T, block_size):\n        qe = min(qs + block_size, T)",
      "    for qs in range(0, T - block_size + 1, block_size):\n        qe = qs + block_size",
      "the last, partial tile."),
+    # rescaled after the tile is added: the first tile (rescaled by exp(-inf) = 0) is wiped (the fresh set's 07/11)
+    ("acc = rescale * acc + p @ v[..., ks:ke, :]", "acc = rescale * (acc + p @ v[..., ks:ke, :])",
+     "the rescaling of the accumulated output."),
+    # m never carried: every tile is weighed as the first, only the last one stands (07/12)
+    ("            m = m_new\n", "", "the running maximum."),
+    ("/ math.sqrt(d)", "/ math.sqrt(block_size)", "the scale."),
 ])
 def test_a_slip_inside_flash_attention_is_told_its_step(old, new, step):
     """Each slip in a flash attention written otherwise than the reference, read on scores made to
@@ -1056,6 +1062,16 @@ def test_a_slip_inside_flash_attention_is_told_its_step(old, new, step):
     assert old in FLASH
     where = located(unit, part, reference_with(unit, FLASH.replace(old, new)))
     assert where is not None and where.startswith(step), where
+
+
+def test_a_wrong_scale_is_told_beside_a_running_maximum_never_carried():
+    """Both slips of the fresh set's 07/12: the scale was not told, since with the maximum never
+    carried only the last tile stands and the first tile's weights, where the scale was read, are 0."""
+    unit = UNITS["07_flash_training"]
+    source = FLASH.replace("            m = m_new\n", "").replace("/ math.sqrt(d)", "/ math.sqrt(block_size)")
+    where = located(unit, unit.part("flash_attention"), reference_with(unit, source))
+    assert where is not None and where.startswith("the scale.") and "sqrt(block_size)" in where, where
+    assert "Also: the running maximum." in where, where
 
 
 def test_a_sampler_that_returns_positions_within_the_top_k_is_told_so():

@@ -343,7 +343,8 @@ def _raw(rows: list[float] | None = None, keys: list[float] | None = None):
 def _scale_sentence(used: float) -> str:
     d, T = LOCATE_D, LOCATE_T
     for value, name in ((1.0, "not scaled at all"), (1 / d, "divided by d"), (1 / math.sqrt(T), "divided by sqrt(T), "
-                        "the number of positions"), (math.sqrt(d), "multiplied by sqrt(d)")):
+                        "the number of positions"), (1 / math.sqrt(LOCATE_BLOCK), "divided by sqrt(block_size), the "
+                        "tile's size"), (math.sqrt(d), "multiplied by sqrt(d)")):
         if abs(used - value) < 1e-3 * max(1.0, value):
             return name
     return f"multiplied by {used:.4g}"
@@ -356,7 +357,36 @@ def _per_tile(got, want) -> str:
     return ", ".join(f"keys {j}-{e - 1}: x{r:.3g}" for (j, e), r in zip(tiles, ratios, strict=True))
 
 
+def _located_scale(call, flash: bool) -> str | None:
+    """The scale, read from two keys of the last tile (10 and 11), whose weights keep their ratio
+    however the tiles are weighed against each other: so a wrong scale is told beside a slip in the
+    online softmax that leaves only the last tile standing."""
+    T, d = LOCATE_T, LOCATE_D
+    rows = [0.5 * i for i in range(T)]  # raw scores: query i gives key T - 2 the score i / 2, every other key 0
+    weights, _ = _weights(call, *_raw(rows, [0.0] * (T - 2) + [1.0, 0.0]), causal=False, flash=flash)
+    if weights is None:
+        return None
+    row = weights[4]  # raw scores [0, ..., 0, 2, 0]
+    if np.all(np.isfinite(row)) and row[T - 2] > 0 and row[T - 1] > 0:
+        used = float(np.log(row[T - 2] / row[T - 1]) / 2.0)
+        if abs(used - 1 / math.sqrt(d)) > 1e-3:
+            return (f"the scale. With d = {d} and T = {T}, and raw scores q.k = [0, ..., 0, 2, 0] for one query, your "
+                    f"weights over its last two keys, {shown(row[T - 2:])}, mean the scores were "
+                    f"{_scale_sentence(used)} ({used:.4g} times q k^T), where the contract divides by sqrt(d) = "
+                    f"{math.sqrt(d):g}")
+    return None
+
+
 def _locate_attention(call, flash: bool) -> str | None:
+    found = _locate_attention_step(call, flash)
+    if flash and found is not None and not found.startswith("the scale."):
+        scale = _located_scale(call, flash)
+        if scale is not None:
+            return f"{scale}. Also: {found}"
+    return found
+
+
+def _locate_attention_step(call, flash: bool) -> str | None:
     T, d = LOCATE_T, LOCATE_D
     uniform = np.full((T, T), 1 / T)
     weights, got = _weights(call, *_raw(), causal=False, flash=flash)
@@ -403,6 +433,23 @@ def _locate_attention(call, flash: bool) -> str | None:
             return (f"the causal flag. With every score equal and causal=False, each query should spread its weight "
                     f"evenly, 1/{T} over every key; yours hides the keys after the query, as if causal were True: mask "
                     "only when causal is True")
+        if flash:
+            tiles = [(j, min(T, j + LOCATE_BLOCK)) for j in range(0, T, LOCATE_BLOCK)]
+            first, last = tiles[0], tiles[-1]
+            first_out = np.allclose(weights[:, first[0]:first[1]], 0)
+            if first_out and np.allclose(weights[:, first[1]:], 1 / T):
+                return (f"the rescaling of the accumulated output. With every score equal (q = k = 0, no mask) each "
+                        f"query's weights are 1/{T}; yours give the first tile of keys "
+                        f"(keys {first[0]}-{first[1] - 1}) no weight and every later key 1/{T}: the output "
+                        "accumulated so far is multiplied by "
+                        "exp(m_old - m_new) after the tile's p @ v is added, and on the first tile that factor is "
+                        "exp(-inf) = 0. Rescale first, then add: acc = acc * exp(m_old - m_new) + p @ v")
+            if np.allclose(weights[:, :last[0]], 0) and np.allclose(weights[:, last[0]:], 1 / (last[1] - last[0])):
+                return (f"the running maximum. With every score equal (q = k = 0, no mask) each query's weights are "
+                        f"1/{T}; yours give weight only to the last tile of keys (keys {last[0]}-{last[1] - 1}, "
+                        f"1/{last[1] - last[0]} each), as if each tile were the first: exp(m_old - m_new) is 0 on "
+                        "every tile, which is so when m is never updated (it stays -inf): after each tile, m = m_new "
+                        "(and the output and the running sum carry over, rescaled, not overwritten)")
         return (f"the output. With every score equal (q = k = 0, no mask) each query should spread its weight evenly, "
                 f"1/{T} over every key; yours gives rows like {shown(weights[0])}")
     rows = [0.5 * i for i in range(T)]  # raw scores: query i gives key 0 the score i / 2, every other key 0

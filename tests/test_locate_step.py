@@ -1225,3 +1225,35 @@ def test_a_timer_whose_cuda_test_never_holds_is_told_to_look_at_that_test():
     checks = [c.to_json() for c in graded_in_worker(unit, "time_fn", source)]
     named = [c for c in checks if c["misconception"] == "time_no_sync"]
     assert named and all("torch.device('cuda')" in c["message"] for c in named), checks
+
+
+UNSORTED_MIDDLE_TIMER = """
+import time
+
+import torch
+
+def time_fn(fn, *args, warmup=3, repeats=10):
+    gpu = any(torch.is_tensor(a) and a.is_cuda for a in args)
+    for _ in range(warmup):
+        fn(*args)
+    times = []
+    for _ in range(repeats):
+        if gpu:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn(*args)
+        if gpu:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    middle = len(times) // 2
+    return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+"""
+
+
+def test_a_timer_that_takes_the_middle_of_unsorted_calls_is_told_the_median():
+    """Once told as 'the fastest of the timed calls but the first' or 'the slowest of the timed
+    calls' (the fresh set's 07/16), which read as a min or max pick."""
+    results = graded_in_worker(UNITS["07_flash_training"], "time_fn", UNSORTED_MIDDLE_TIMER)
+    failed = [r.message for r in results if not r.passed]
+    assert failed and all("Where it goes wrong: the median." in m and "in the order they ran" in m
+                          for m in failed), failed

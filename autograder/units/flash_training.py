@@ -658,11 +658,11 @@ def time_oracle(inputs: Inputs):
             "explanations": time_explanations(inputs.kwargs["durations"], inputs.kwargs["warmup"])}
 
 
-def time_explanations(durations: list[float], warmup: int) -> list[tuple[float, str]]:
+def time_explanations(durations: list[float], warmup: int) -> list[tuple]:
     """What a timer computes instead, for answers other than the median of the timed calls: each
-    (seconds, in words), the likelier slips first. Read against a wrong answer, the first that
-    matches says which step of the timer departs (which calls it timed, what it took of them, the
-    unit), from this check's own durations."""
+    (seconds, in words) or (seconds, in words, the step), the likelier slips first. Read against a
+    wrong answer, the first that matches says which step of the timer departs (which calls it timed,
+    what it took of them, the unit), from this check's own durations."""
     timed, every = durations[warmup:], durations
     sets = [("the timed calls", timed), (f"all {len(every)} calls, the warm-up ones included", every),
             ("the timed calls but the first", timed[1:]), ("the timed calls but the last", timed[:-1]),
@@ -674,6 +674,13 @@ def time_explanations(durations: list[float], warmup: int) -> list[tuple[float, 
              (float(np.sum(timed)) / len(every),
               "the total of the timed calls divided by every call, warm-up included"),
              (float(timed[-1]), "the last timed call alone")]
+    # the middle of the calls as they ran: a median taken without sorting them first
+    middle = [timed[len(timed) // 2]] if len(timed) % 2 else [
+        (timed[len(timed) // 2 - 1] + timed[len(timed) // 2]) / 2, timed[len(timed) // 2 - 1], timed[len(timed) // 2]]
+    unsorted = ("the middle one of the timed calls in the order they ran (" + ", ".join(
+        f"{1000 * t:g}" for t in timed) + " ms), not sorted by duration: the median is the middle of the sorted "
+        "times (statistics.median(times) sorts them; or sorted(times) before taking the middle)")
+    found += [(float(value), unsorted, "the median") for value in middle if value != np.median(timed)]
     for words, calls in sets:
         for statistic, compute in statistics:
             if calls and (statistic, words) != ("the median of", "the timed calls"):
@@ -684,9 +691,9 @@ def time_explanations(durations: list[float], warmup: int) -> list[tuple[float, 
 def time_explanation(seconds: float, expected: dict) -> str | None:
     """The first of the check's explanations that gives `seconds`, in words: '210.0 ms is the median
     of all 8 calls, the warm-up ones included'."""
-    for value, words in expected.get("explanations") or ():
+    for value, words, *step in expected.get("explanations") or ():
         if same_time(seconds, value):
-            return f"{seconds * 1000:.1f} ms is {words}"
+            return "".join(f"{name}. " for name in step) + f"{seconds * 1000:.1f} ms is {words}"
     return None
 
 

@@ -1257,3 +1257,22 @@ def test_a_timer_that_takes_the_middle_of_unsorted_calls_is_told_the_median():
     failed = [r.message for r in results if not r.passed]
     assert failed and all("Where it goes wrong: the median." in m and "in the order they ran" in m
                           for m in failed), failed
+
+
+@pytest.mark.parametrize("change, check, told", [
+    # AdamW's own default lr (the fresh set's 07/22): only the held-out loss fell short, told as the targets
+    (("torch.optim.AdamW(model.parameters(), lr=lr)", "torch.optim.AdamW(model.parameters())"), "lr",
+     "the lr argument never reaches the optimizer"),
+    # a model of its own (07/25): told as losses that do not describe the model, or no zero_grad
+    (("(model if model is not None else GPT(config))", "GPT(config)"), "losses",
+     "comes back with exactly the weights it was given"),
+    # a sum over each window's positions (07/24): told as losses that do not describe the model
+    (("rows[:, 1:].reshape(-1))", "rows[:, 1:].reshape(-1), reduction='sum') / batch_size"), "every_position",
+     "summed over each window's 32 positions"),
+])
+def test_a_trainer_that_ignores_lr_or_its_model_or_sums_the_loss_is_told_so(change, check, told):
+    source = TRAINER.read_text()
+    assert change[0] in source
+    results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source.replace(*change))}
+    assert not results[f"train/{check}"].passed and told in results[f"train/{check}"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}

@@ -146,12 +146,12 @@ def graded() -> Unit:
             ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 1, 40, 1),
             ("keeps_pace",
              f"after 100 steps the training loss is within {KEEP_PACE} nats of the reference's from the same "
-             "start (each step follows its own batch's gradient)", 1, 100, 5),
+             "start (each step follows its own batch's gradient)", 0.75, 100, 5),
             ("every_position", "the losses returned for those 100 steps vary from step to step no more than a mean "
              "over every position of the batch's windows does", 0.5, 100, 5),
             ("training_part", "the batches come from the training part (the first 90%): the model does not improve "
              "more on held-out text than on training text (30 steps)", 1, 30, 4),
-            ("next_byte", "after those 100 steps the model predicts the next byte of held-out text", 1, 100, 5),
+            ("next_byte", "after those 100 steps the model predicts the next byte of held-out text", 0.75, 100, 5),
         )
     )
 
@@ -165,6 +165,9 @@ def graded() -> Unit:
         Check("progress", f"progress(step, loss) is called after each of those {SEED_STEPS} steps, step counted "
               "from 1, with the loss of that step", 0.5, train_inputs(SEED_STEPS, 11),
               probe=seed_probe("progress"), oracle=facet_oracle),
+        Check("lr", f"the same {SEED_STEPS} steps with lr={OTHER_LR:g} give other losses than with the default lr "
+              "(from the second step on): lr reaches the optimizer", 0.5, train_inputs(SEED_STEPS, 11),
+              probe=seed_probe("lr"), oracle=facet_oracle),
     )
 
     parts = (
@@ -792,6 +795,7 @@ def trained(api, inputs: Inputs) -> tuple:
 
 
 SEED_STEPS = 3
+OTHER_LR = 3e-2  # ten times the default: from the second step on, the losses differ
 _SEED_RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # submission -> its three short runs
 
 
@@ -819,7 +823,7 @@ def seed_runs(api, inputs: Inputs) -> tuple:
 
     seen = []
     first = run(seed, progress=lambda step, loss: seen.append((step, loss)))
-    runs = ((first, seen), run(seed), run(seed + 1), run(seed, batch_size=16, lr=3e-3))
+    runs = ((first, seen), run(seed), run(seed + 1), run(seed, batch_size=16, lr=3e-3), run(seed, lr=OTHER_LR))
     if owner is not None:
         _SEED_RUNS[owner] = runs
     return runs
@@ -832,12 +836,19 @@ def _floats(losses, steps) -> list[float] | None:
     return None
 
 
-def seed_facet(which: str, first, again, other, given, inputs: Inputs) -> dict:
+def seed_facet(which: str, first, again, other, given, faster, inputs: Inputs) -> dict:
     (losses, seen), steps, seed = first, inputs.kwargs["steps"], inputs.kwargs["seed"]
-    runs = [_floats(run, steps) for run in (losses, again, other, given)]
+    runs = [_floats(run, steps) for run in (losses, again, other, given, faster)]
     if any(run is None for run in runs):
         return facet(False, "format", f"could not be judged: train should return a list of {steps} finite floats")
-    losses, again, other, given = runs
+    losses, again, other, given, faster = runs
+    if which == "lr":
+        if np.allclose(again[1:], faster[1:], rtol=1e-5, atol=1e-6):
+            return facet(False, "lr_ignored",
+                         f"with lr={OTHER_LR:g}, train returned the same losses as with the default lr=3e-3 from the "
+                         f"same start and seed ({again[-1]:.4f} at step {steps} both times): the lr argument never "
+                         "reaches the optimizer. Pass it on: torch.optim.AdamW(model.parameters(), lr=lr)")
+        return facet(True, None)
     if which == "seed":
         if not np.allclose(losses, again, rtol=1e-5, atol=1e-6):
             return facet(False, "unseeded",
@@ -971,6 +982,41 @@ JITTER_RATIO = 2.5
 HELD_OUT_LEAD = 0.06  # nats: how much more a model may improve on held-out text than on training text
 
 
+def _trained_elsewhere(losses, state, inputs: Inputs) -> str | None:
+    """Said where the model given to train comes back exactly as it went in while the losses train
+    returned fall: another model was trained (one built inside train, say), not the one given."""
+    floats = _floats(losses, inputs.kwargs["steps"])
+    if floats is None or len(floats) < 8 or np.mean(floats[:3]) - np.mean(floats[-5:]) < 0.5:
+        return None
+    start = initial_state(inputs)
+    if not (isinstance(state, dict) and set(state) == set(start) and all(
+            isinstance(state[name], torch.Tensor) and state[name].shape == value.shape
+            and torch.equal(state[name].to(value.dtype), value) for name, value in start.items())):
+        return None
+    return (f"the model passed to train (model=...) comes back with exactly the weights it was given, yet the losses "
+            f"train returned fall from {np.mean(floats[:3]):.2f} to {np.mean(floats[-5:]):.2f}: another model was "
+            "trained. When a model is given, train that one (build GPT(config) only when model is None)")
+
+
+def _summed_loss(losses, start: dict, fields: dict) -> str | None:
+    """Said where the losses returned are a whole number of positions times the grader's own
+    measurement of the same starting model: a sum over positions where the contract averages."""
+    if not isinstance(losses, list | tuple) or not losses or not isinstance(losses[0], int | float) or \
+            isinstance(losses[0], bool) or not math.isfinite(losses[0]) or not start["train"] > 0:
+        return None
+    ratio, T, B = float(losses[0]) / start["train"], fields["context_length"], 16
+    for size, how in ((T, f"summed over each window's {T} positions, then averaged over the windows (reduction="
+                          "'sum' divided by the batch size)"),
+                      (B * T, f"summed over all {B} x {T} positions of the batch (reduction='sum')"),
+                      (B, f"summed over the batch's {B} windows (a mean over positions, then a sum)")):
+        if abs(ratio / size - 1) < 0.2:
+            return (f"the loss returned at step 1 is {float(losses[0]):.2f}, about {size} times what the grader "
+                    f"measures for the starting model ({start['train']:.2f}): it is {how}. The training loss is the "
+                    "mean over every position of the batch, F.cross_entropy(logits.flatten(0, 1), targets.flatten()) "
+                    "with its default reduction='mean'")
+    return None
+
+
 def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = True) -> dict:
     """One facet (see `facet`) of a training run, from the weights it left (measured here), the
     losses it returned and whether it left gradients in the model: "losses", "decreases",
@@ -984,6 +1030,12 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
     except Exception as err:  # noqa: BLE001 - weights the course's GPT cannot load
         return facet(False, None, f"the grader could not read the trained model's weights ({exception_text(err)})")
     dropped = start["train"] - now["train"]
+    elsewhere = _trained_elsewhere(losses, state, inputs)
+    if elsewhere is not None and which in ("losses", "decreases", "keeps_pace", "next_byte"):
+        return facet(False, "other_model", elsewhere)
+    summed = _summed_loss(losses, start, fields)
+    if summed is not None and which in ("losses", "every_position"):
+        return facet(False, "summed", summed)
 
     if which == "losses":
         numbers = isinstance(losses, list | tuple) and len(losses) == steps and all(

@@ -1276,3 +1276,19 @@ def test_a_trainer_that_ignores_lr_or_its_model_or_sums_the_loss_is_told_so(chan
     results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source.replace(*change))}
     assert not results[f"train/{check}"].passed and told in results[f"train/{check}"].message, \
         {n: r.message for n, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("old, new, told", [
+    ("save_checkpoint(config.checkpoint_path, model, optimizer, done,",
+     "save_checkpoint(config.checkpoint_path, model, optimizer, step,", "takes step 12 again"),
+    ("save_checkpoint(config.checkpoint_path, model, optimizer, done,",
+     "save_checkpoint(config.checkpoint_path, model, optimizer, done + 1,", "skips step 13"),
+])
+def test_a_checkpoint_whose_step_is_one_off_is_told_the_step_saved(old, new, told):
+    """A step saved 0-based was told only as a resumed run that differs (the fresh set's 08/35): the
+    resumed run's one train_loss more, or fewer, says which way the step saved is off."""
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    assert old in source
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], "train_loop", source.replace(old, new))}
+    assert not results["train_loop/resume"].passed and told in results["train_loop/resume"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}

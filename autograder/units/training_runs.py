@@ -811,6 +811,18 @@ def diagnose_loop(result, expected) -> str | None:
                     "step of the evaluation with the lowest held-out loss")
         return None
     if view == "resume":
+        straight_steps, resumed_steps = result["lengths"]
+        if result["differs"] and abs(resumed_steps - straight_steps) == 1 and straight_steps > STOP_AT:
+            again = resumed_steps > straight_steps
+            return (f"a run stopped after step {STOP_AT} (stop_after, checkpoints every 6 steps) and resumed from "
+                    f"its checkpoint in a new process returned {resumed_steps} train_losses, where the run that never "
+                    f"stopped returned {straight_steps}: the resumed loop "
+                    + (f"takes step {STOP_AT} again, though the checkpoint was saved after it: the step saved is one "
+                       "short (the 0-based index of the last step done)" if again else
+                       f"skips step {STOP_AT + 1}, the first step the stopped run had not taken: the step saved is one "
+                       "too many")
+                    + ". Save the number of steps done (done = step + 1) and start the resumed loop from the step "
+                    "loaded: for step in range(step_loaded, total_steps)")
         if result["differs"]:
             where = (f" (train_losses first differ at step {result['first'] + 1})" if result["first"] is not None
                      and result["first"] < min(result["lengths"]) else "")

@@ -1292,3 +1292,21 @@ def test_a_checkpoint_whose_step_is_one_off_is_told_the_step_saved(old, new, tol
     results = {r.name: r for r in graded_in_worker(UNITS["08_training"], "train_loop", source.replace(old, new))}
     assert not results["train_loop/resume"].passed and told in results["train_loop/resume"].message, \
         {n: r.message for n, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("old, new, check, told", [
+    # default betas with evaluations on train_ids (the fresh set's 08/37): no name explains both, and the
+    # recipe check recited the whole recipe; its run is the recipe's with the betas alone changed
+    ("held = evaluate(model, heldout_ids,", "held = evaluate(model, train_ids,", "recipe",
+     "AdamW's default betas (0.9, 0.999)"),
+    ("held = evaluate(model, heldout_ids,", "held = evaluate(model, train_ids,", "early_stopping",
+     "evaluate on heldout_ids"),
+])
+def test_a_loop_with_default_betas_and_evaluations_on_train_ids_is_told_both(old, new, check, told):
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    source = source.replace("betas=(0.9, 0.95)", "betas=(0.9, 0.999)")
+    assert old in source
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], "train_loop", source.replace(old, new))}
+    assert not any(r.misconception for r in results.values())
+    assert not results[f"train_loop/{check}"].passed and told in results[f"train_loop/{check}"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}

@@ -1310,3 +1310,19 @@ def test_a_loop_with_default_betas_and_evaluations_on_train_ids_is_told_both(old
     assert not any(r.misconception for r in results.values())
     assert not results[f"train_loop/{check}"].passed and told in results[f"train_loop/{check}"].message, \
         {n: r.message for n, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("old, new, part, told", [
+    # a seed read from the state saved (its key's first word, the seed itself right after seeding): the
+    # fresh set's 08/30 kept full marks, since the grader saved right after seeding
+    ('np.random.set_state(generators["np"])', 'np.random.seed(int(generators["np"][1][0]))', "load_checkpoint",
+     "NumPy's global generator did not draw what it drew right after saving"),
+    ('torch.set_rng_state(generators["pt"])', 'torch.manual_seed(int(generators["pt"][0]))', "load_checkpoint",
+     "torch"),
+])
+def test_a_generator_reseeded_from_its_saved_state_is_told_so(old, new, part, told):
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    assert old in source
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], part, source.replace(old, new))}
+    assert not results[f"{part}/generators"].passed and told in results[f"{part}/generators"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}

@@ -1326,3 +1326,46 @@ def test_a_generator_reseeded_from_its_saved_state_is_told_so(old, new, part, to
     results = {r.name: r for r in graded_in_worker(UNITS["08_training"], part, source.replace(old, new))}
     assert not results[f"{part}/generators"].passed and told in results[f"{part}/generators"].message, \
         {n: r.message for n, r in results.items() if not r.passed}
+
+
+CACHED_ENCODE = """
+import regex
+
+_SEEN = {}
+
+def pretokenize(text):
+    pattern = r"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+    return regex.findall(pattern, text)
+
+def encode(text, merges):
+    rank = {tuple(pair): i for i, pair in enumerate(merges)}
+    ids = []
+    for chunk in pretokenize(text):
+        if chunk not in _SEEN:
+            seq = list(chunk.encode("utf-8"))
+            while len(seq) > 1:
+                best = min(zip(seq, seq[1:]), key=lambda p: rank.get(p, len(rank)))
+                if best not in rank:
+                    break
+                out, i = [], 0
+                while i < len(seq):
+                    if i + 1 < len(seq) and (seq[i], seq[i + 1]) == best:
+                        out.append(256 + rank[best])
+                        i += 2
+                    else:
+                        out.append(seq[i])
+                        i += 1
+                seq = out
+            _SEEN[chunk] = seq
+        ids.extend(_SEEN[chunk])
+    return ids
+"""
+
+
+def test_an_encode_that_keeps_chunks_between_calls_is_told_its_memory():
+    """A module-level cache of encoded chunks, kept across calls with other merges (the fresh set's
+    08/10): told only as ids that differ, and located at the chunks."""
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], "encode", CACHED_ENCODE)}
+    told = results["encode/each_call_its_merges"]
+    assert not told.passed and "something kept between calls" in told.message, told.message
+    assert "Where it goes wrong: the memory between calls." in told.message, told.message

@@ -1369,3 +1369,23 @@ def test_an_encode_that_keeps_chunks_between_calls_is_told_its_memory():
     told = results["encode/each_call_its_merges"]
     assert not told.passed and "something kept between calls" in told.message, told.message
     assert "Where it goes wrong: the memory between calls." in told.message, told.message
+
+
+@pytest.mark.parametrize("changes, part, check, told", [
+    # NumPy's state never saved (the fresh set's 08/25): only load_checkpoint's check saw it
+    ((('"np": np.random.get_state(), ', ""),
+      ('    np.random.set_state(generators["np"])',
+       '    if "np" in generators:\n        np.random.set_state(generators["np"])')),
+     "save_checkpoint", "generators", "NumPy's global generator did not draw"),
+    # AdamW's state never loaded back (08/29): only save_checkpoint's check saw it
+    ((('    optimizer.load_state_dict(saved["adam"])\n', ""),), "load_checkpoint", "optimizer",
+     "optimizer.load_state_dict"),
+])
+def test_a_checkpoint_slip_on_one_side_shows_in_each_parts_own_check(changes, part, check, told):
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    for old, new in changes:
+        assert old in source
+        source = source.replace(old, new)
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], part, source)}
+    assert not results[f"{part}/{check}"].passed and told in results[f"{part}/{check}"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}

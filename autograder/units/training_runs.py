@@ -81,7 +81,12 @@ def graded_parts() -> tuple[Part, ...]:
     called at the end of the module, once all of it is defined."""
     SAVE_CHECKS = (
         probe_check("optimizer", "saved, then loaded in a new process into a fresh model and a fresh AdamW: the next "
-                    "optimizer step is the reference's (AdamW's state was saved)", 2, checkpoint_probe("optimizer")),
+                    "optimizer step is the reference's (AdamW's state was saved)", 1.5, checkpoint_probe("optimizer")),
+        # the round trip's generators, seen from this side too: a state never saved shows here as well as in
+        # load_checkpoint's own check (the fresh set's 08/25 was told only there)
+        probe_check("generators", "the same round trip: Python's, NumPy's and torch's generators draw again, after "
+                    "loading, what they drew right after saving (their states were saved)", 0.5,
+                    checkpoint_probe("generators")),
         probe_check("inputs_unchanged", "saving leaves the model and the three generators as they were", 1,
                     checkpoint_probe("saving_changes_nothing"), kind="unchanged"),
     )
@@ -93,7 +98,11 @@ def graded_parts() -> tuple[Part, ...]:
                     "loaded into a fresh model built from another seed: the model holds the saved weights", 1,
                     checkpoint_probe("weights")),
         probe_check("generators", "Python's, NumPy's and torch's generators, moved after saving, draw again what they "
-                    "drew right after saving", 1.5, checkpoint_probe("generators")),
+                    "drew right after saving", 1, checkpoint_probe("generators")),
+        # the round trip's next optimizer step, seen from this side too: AdamW's state never loaded back shows
+        # here as well as in save_checkpoint's own check (the fresh set's 08/29 was told only there)
+        probe_check("optimizer", "loaded into a fresh model and a fresh AdamW: the next optimizer step is the "
+                    "reference's (AdamW's state was loaded back)", 0.5, checkpoint_probe("optimizer")),
         probe_check("inputs_unchanged", "a second load of the same checkpoint gives the same again (the file is left "
                     "as it was)", 0.5, checkpoint_probe("loads_twice"), kind="unchanged"),
     )
@@ -1039,7 +1048,8 @@ def loop_with(clip=True, constant_lr=False, eval_from_zero=False, patience_extra
 
 
 MISCONCEPTIONS = (
-    Misconception("checkpoint_no_optimizer", "a checkpoint without the optimizer's state",
+    Misconception("checkpoint_no_optimizer", "a checkpoint round trip without the optimizer's state (not saved, or "
+                  "not loaded back)",
                   "Save optimizer.state_dict() with the weights and load it with optimizer.load_state_dict(...): "
                   "AdamW's running averages and step count decide the size of the next steps.",
                   {"save_checkpoint": save_with(no_optimizer=True)}),

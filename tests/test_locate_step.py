@@ -1269,6 +1269,10 @@ def test_a_timer_that_takes_the_middle_of_unsorted_calls_is_told_the_median():
     # a sum over each window's positions (07/24): told as losses that do not describe the model
     (("rows[:, 1:].reshape(-1))", "rows[:, 1:].reshape(-1), reduction='sum') / batch_size"), "every_position",
      "summed over each window's 32 positions"),
+    # a fresh AdamW at each step (07/23): it still learns, and kept full marks
+    (("        opt.zero_grad()\n",
+      "        opt = torch.optim.AdamW(model.parameters(), lr=lr)\n        opt.zero_grad()\n"),
+     "one_optimizer", "An AdamW made anew at each step"),
 ])
 def test_a_trainer_that_ignores_lr_or_its_model_or_sums_the_loss_is_told_so(change, check, told):
     source = TRAINER.read_text()

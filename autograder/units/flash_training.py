@@ -143,14 +143,16 @@ def graded() -> Unit:
         Check(name, what, points, train_inputs(steps, seed), probe=train_probe(name), oracle=facet_oracle)
         for name, what, points, steps, seed in (
             ("losses", "returns one finite float per step (40 steps), which describe the model trained", 0.5, 40, 1),
-            ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 1, 40, 1),
+            ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 0.75, 40, 1),
+            ("one_optimizer", "those 40 steps are taken by one AdamW, whose running averages carry over from step to "
+             "step (a fresh AdamW moves every weight by lr, up or down, at each step)", 0.25, 40, 1),
             ("keeps_pace",
              f"after 100 steps the training loss is within {KEEP_PACE} nats of the reference's from the same "
              "start (each step follows its own batch's gradient)", 0.75, 100, 5),
             ("every_position", "the losses returned for those 100 steps vary from step to step no more than a mean "
              "over every position of the batch's windows does", 0.5, 100, 5),
             ("training_part", "the batches come from the training part (the first 90%): the model does not improve "
-             "more on held-out text than on training text (30 steps)", 1, 30, 4),
+             "more on held-out text than on training text (30 steps)", 0.75, 30, 4),
             ("next_byte", "after those 100 steps the model predicts the next byte of held-out text", 0.75, 100, 5),
         )
     )
@@ -1017,6 +1019,22 @@ def _summed_loss(losses, start: dict, fields: dict) -> str | None:
     return None
 
 
+FRESH_SHARE = 0.6  # a fresh AdamW each step: nearly all moved weights; one AdamW: about one in ten (by chance)
+
+
+def _whole_lr_moves(state: dict, inputs: Inputs, lr: float = 3e-3) -> float:
+    """The share of the weights that moved by over half of lr whose move is within 0.1 lr of an even
+    multiple of lr: AdamW's first step moves each weight by lr (its update m / sqrt(v) is +-1), so an
+    optimizer made anew at each step of an even number of steps leaves whole, even multiples."""
+    start = initial_state(inputs)
+    moves = torch.cat([((state[name].double() - value.double()) / lr).abs().flatten()
+                       for name, value in start.items() if name in state and state[name].shape == value.shape])
+    moved = moves[moves > 0.5]
+    if moved.numel() == 0:
+        return 0.0
+    return float(((moved - 2 * torch.round(moved / 2)).abs() < 0.1).double().mean())
+
+
 def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = True) -> dict:
     """One facet (see `facet`) of a training run, from the weights it left (measured here), the
     losses it returned and whether it left gradients in the model: "losses", "decreases",
@@ -1050,6 +1068,13 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
             f"the losses returned (first 3 steps: {first:.2f}, last 5: {last:.2f}) do not describe the model that "
             f"was trained: the grader measures {start['train']:.2f} before training and {now['train']:.2f} after, on "
             "training text. Return each step's training loss, loss.item() of the batch the step trained on")
+    if which == "one_optimizer":
+        share = _whole_lr_moves(state, inputs)
+        return facet(share < FRESH_SHARE, "fresh_optimizer",
+                     f"after {steps} steps, {100 * share:.0f}% of the weights that moved have moved by a whole, even "
+                     f"number of times lr (3e-3), as when every step moves each weight by exactly lr, up or down: "
+                     "what AdamW's first step does. An AdamW made anew at each step takes only first steps; create "
+                     "the optimizer once, before the loop, so that its running averages carry over")
     if which == "decreases":
         why = ("is optimizer.step() called, on the model's parameters?" if grads_left else
                "after training the parameters hold no gradient: is optimizer.zero_grad() called between "

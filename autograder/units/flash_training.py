@@ -152,7 +152,7 @@ def graded() -> Unit:
             ("every_position", "the losses returned for those 100 steps vary from step to step no more than a mean "
              "over every position of the batch's windows does", 0.5, 100, 5),
             ("training_part", "the batches come from the training part (the first 90%): the model does not improve "
-             "more on held-out text than on training text (30 steps)", 0.75, 30, 4),
+             "more on held-out text than on training text (30 steps)", 1, 30, 4),
             ("next_byte", "after those 100 steps the model predicts the next byte of held-out text", 0.75, 100, 5),
         )
     )

@@ -1068,6 +1068,12 @@ def flash_attention(q, k, v, causal=True, block_size=64):
     ("    for qs in range(0, T, block_size):\n        qe = min(qs + block_size, T)",
      "    for qs in range(0, T - block_size + 1, block_size):\n        qe = qs + block_size",
      "the last, partial tile."),
+    # rescaled after the tile is added: the first tile (rescaled by exp(-inf) = 0) is wiped (the fresh set's 07/11)
+    ("acc = rescale * acc + p @ v[..., ks:ke, :]", "acc = rescale * (acc + p @ v[..., ks:ke, :])",
+     "the rescaling of the accumulated output."),
+    # m never carried: every tile is weighed as the first, only the last one stands (07/12)
+    ("            m = m_new\n", "", "the running maximum."),
+    ("/ math.sqrt(d)", "/ math.sqrt(block_size)", "the scale."),
 ])
 def test_a_slip_inside_flash_attention_is_told_its_step(old, new, step):
     """Each slip in a flash attention written otherwise than the reference, read on scores made to
@@ -1079,6 +1085,16 @@ def test_a_slip_inside_flash_attention_is_told_its_step(old, new, step):
     assert old in FLASH
     where = located(unit, part, reference_with(unit, FLASH.replace(old, new)))
     assert where is not None and where.startswith(step), where
+
+
+def test_a_wrong_scale_is_told_beside_a_running_maximum_never_carried():
+    """Both slips of the fresh set's 07/12: the scale was not told, since with the maximum never
+    carried only the last tile stands and the first tile's weights, where the scale was read, are 0."""
+    unit = UNITS["07_flash_training"]
+    source = FLASH.replace("            m = m_new\n", "").replace("/ math.sqrt(d)", "/ math.sqrt(block_size)")
+    where = located(unit, unit.part("flash_attention"), reference_with(unit, source))
+    assert where is not None and where.startswith("the scale.") and "sqrt(block_size)" in where, where
+    assert "Also: the running maximum." in where, where
 
 
 def test_a_sampler_that_returns_positions_within_the_top_k_is_told_so():
@@ -1616,3 +1632,183 @@ def test_rope_with_default_positions_of_another_length_is_told_the_default_posit
     assert old in ROPE and located(unit, part, reference_with(unit, ROPE)) is None
     where = located(unit, part, reference_with(unit, ROPE.replace(old, new)))
     assert where is not None and where.startswith("the default positions.") and told in where, where
+
+
+def test_a_timer_whose_cuda_test_never_holds_is_told_to_look_at_that_test():
+    """A timer that synchronises only where a.device == torch.device('cuda') (never so for cuda:0)
+    was named as one that does not synchronise, with nothing about the test that guards it (the
+    fresh set's 07/18): the name's description and hint now cover both causes."""
+    unit = UNITS["07_flash_training"]
+    source = (Path(__file__).parent / "submissions" / "07_flash_training"
+              / "wrong_time_no_sync__device_equals_cuda.py").read_text()
+    checks = [c.to_json() for c in graded_in_worker(unit, "time_fn", source)]
+    named = [c for c in checks if c["misconception"] == "time_no_sync"]
+    assert named and all("torch.device('cuda')" in c["message"] for c in named), checks
+
+
+UNSORTED_MIDDLE_TIMER = """
+import time
+
+import torch
+
+def time_fn(fn, *args, warmup=3, repeats=10):
+    gpu = any(torch.is_tensor(a) and a.is_cuda for a in args)
+    for _ in range(warmup):
+        fn(*args)
+    times = []
+    for _ in range(repeats):
+        if gpu:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        fn(*args)
+        if gpu:
+            torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    middle = len(times) // 2
+    return times[middle] if len(times) % 2 else (times[middle - 1] + times[middle]) / 2
+"""
+
+
+def test_a_timer_that_takes_the_middle_of_unsorted_calls_is_told_the_median():
+    """Once told as 'the fastest of the timed calls but the first' or 'the slowest of the timed
+    calls' (the fresh set's 07/16), which read as a min or max pick."""
+    results = graded_in_worker(UNITS["07_flash_training"], "time_fn", UNSORTED_MIDDLE_TIMER)
+    failed = [r.message for r in results if not r.passed]
+    assert failed and all("Where it goes wrong: the median." in m and "in the order they ran" in m
+                          for m in failed), failed
+
+
+@pytest.mark.parametrize("change, check, told", [
+    # AdamW's own default lr (the fresh set's 07/22): only the held-out loss fell short, told as the targets
+    (("torch.optim.AdamW(model.parameters(), lr=lr)", "torch.optim.AdamW(model.parameters())"), "lr",
+     "the lr argument never reaches the optimizer"),
+    # a model of its own (07/25): told as losses that do not describe the model, or no zero_grad
+    (("(model if model is not None else GPT(config))", "GPT(config)"), "losses",
+     "comes back with exactly the weights it was given"),
+    # a sum over each window's positions (07/24): told as losses that do not describe the model
+    (("rows[:, 1:].reshape(-1))", "rows[:, 1:].reshape(-1), reduction='sum') / batch_size"), "every_position",
+     "summed over each window's 32 positions"),
+    # a fresh AdamW at each step (07/23): it still learns, and kept full marks
+    (("        opt.zero_grad()\n",
+      "        opt = torch.optim.AdamW(model.parameters(), lr=lr)\n        opt.zero_grad()\n"),
+     "one_optimizer", "An AdamW made anew at each step"),
+])
+def test_a_trainer_that_ignores_lr_or_its_model_or_sums_the_loss_is_told_so(change, check, told):
+    source = TRAINER.read_text()
+    assert change[0] in source
+    results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source.replace(*change))}
+    assert not results[f"train/{check}"].passed and told in results[f"train/{check}"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("old, new, told", [
+    ("save_checkpoint(config.checkpoint_path, model, optimizer, done,",
+     "save_checkpoint(config.checkpoint_path, model, optimizer, step,", "takes step 12 again"),
+    ("save_checkpoint(config.checkpoint_path, model, optimizer, done,",
+     "save_checkpoint(config.checkpoint_path, model, optimizer, done + 1,", "skips step 13"),
+])
+def test_a_checkpoint_whose_step_is_one_off_is_told_the_step_saved(old, new, told):
+    """A step saved 0-based was told only as a resumed run that differs (the fresh set's 08/35): the
+    resumed run's one train_loss more, or fewer, says which way the step saved is off."""
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    assert old in source
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], "train_loop", source.replace(old, new))}
+    assert not results["train_loop/resume"].passed and told in results["train_loop/resume"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("old, new, check, told", [
+    # default betas with evaluations on train_ids (the fresh set's 08/37): no name explains both, and the
+    # recipe check recited the whole recipe; its run is the recipe's with the betas alone changed
+    ("held = evaluate(model, heldout_ids,", "held = evaluate(model, train_ids,", "recipe",
+     "AdamW's default betas (0.9, 0.999)"),
+    ("held = evaluate(model, heldout_ids,", "held = evaluate(model, train_ids,", "early_stopping",
+     "evaluate on heldout_ids"),
+])
+def test_a_loop_with_default_betas_and_evaluations_on_train_ids_is_told_both(old, new, check, told):
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    source = source.replace("betas=(0.9, 0.95)", "betas=(0.9, 0.999)")
+    assert old in source
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], "train_loop", source.replace(old, new))}
+    assert not any(r.misconception for r in results.values())
+    assert not results[f"train_loop/{check}"].passed and told in results[f"train_loop/{check}"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}
+
+
+@pytest.mark.parametrize("old, new, part, told", [
+    # a seed read from the state saved (its key's first word, the seed itself right after seeding): the
+    # fresh set's 08/30 kept full marks, since the grader saved right after seeding
+    ('np.random.set_state(generators["np"])', 'np.random.seed(int(generators["np"][1][0]))', "load_checkpoint",
+     "NumPy's global generator did not draw what it drew right after saving"),
+    ('torch.set_rng_state(generators["pt"])', 'torch.manual_seed(int(generators["pt"][0]))', "load_checkpoint",
+     "torch"),
+])
+def test_a_generator_reseeded_from_its_saved_state_is_told_so(old, new, part, told):
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    assert old in source
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], part, source.replace(old, new))}
+    assert not results[f"{part}/generators"].passed and told in results[f"{part}/generators"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}
+
+
+CACHED_ENCODE = """
+import regex
+
+_SEEN = {}
+
+def pretokenize(text):
+    pattern = r"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+"
+    return regex.findall(pattern, text)
+
+def encode(text, merges):
+    rank = {tuple(pair): i for i, pair in enumerate(merges)}
+    ids = []
+    for chunk in pretokenize(text):
+        if chunk not in _SEEN:
+            seq = list(chunk.encode("utf-8"))
+            while len(seq) > 1:
+                best = min(zip(seq, seq[1:]), key=lambda p: rank.get(p, len(rank)))
+                if best not in rank:
+                    break
+                out, i = [], 0
+                while i < len(seq):
+                    if i + 1 < len(seq) and (seq[i], seq[i + 1]) == best:
+                        out.append(256 + rank[best])
+                        i += 2
+                    else:
+                        out.append(seq[i])
+                        i += 1
+                seq = out
+            _SEEN[chunk] = seq
+        ids.extend(_SEEN[chunk])
+    return ids
+"""
+
+
+def test_an_encode_that_keeps_chunks_between_calls_is_told_its_memory():
+    """A module-level cache of encoded chunks, kept across calls with other merges (the fresh set's
+    08/10): told only as ids that differ, and located at the chunks."""
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], "encode", CACHED_ENCODE)}
+    told = results["encode/each_call_its_merges"]
+    assert not told.passed and "something kept between calls" in told.message, told.message
+    assert "Where it goes wrong: the memory between calls." in told.message, told.message
+
+
+@pytest.mark.parametrize("changes, part, check, told", [
+    # NumPy's state never saved (the fresh set's 08/25): only load_checkpoint's check saw it
+    ((('"np": np.random.get_state(), ', ""),
+      ('    np.random.set_state(generators["np"])',
+       '    if "np" in generators:\n        np.random.set_state(generators["np"])')),
+     "save_checkpoint", "generators", "NumPy's global generator did not draw"),
+    # AdamW's state never loaded back (08/29): only save_checkpoint's check saw it
+    ((('    optimizer.load_state_dict(saved["adam"])\n', ""),), "load_checkpoint", "optimizer",
+     "optimizer.load_state_dict"),
+])
+def test_a_checkpoint_slip_on_one_side_shows_in_each_parts_own_check(changes, part, check, told):
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    for old, new in changes:
+        assert old in source
+        source = source.replace(old, new)
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], part, source)}
+    assert not results[f"{part}/{check}"].passed and told in results[f"{part}/{check}"].message, \
+        {n: r.message for n, r in results.items() if not r.passed}

@@ -143,15 +143,17 @@ def graded() -> Unit:
         Check(name, what, points, train_inputs(steps, seed), probe=train_probe(name), oracle=facet_oracle)
         for name, what, points, steps, seed in (
             ("losses", "returns one finite float per step (40 steps), which describe the model trained", 0.5, 40, 1),
-            ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 1, 40, 1),
+            ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 0.75, 40, 1),
+            ("one_optimizer", "those 40 steps are taken by one AdamW, whose running averages carry over from step to "
+             "step (a fresh AdamW moves every weight by lr, up or down, at each step)", 0.25, 40, 1),
             ("keeps_pace",
              f"after 100 steps the training loss is within {KEEP_PACE} nats of the reference's from the same "
-             "start (each step follows its own batch's gradient)", 1, 100, 5),
+             "start (each step follows its own batch's gradient)", 0.75, 100, 5),
             ("every_position", "the losses returned for those 100 steps vary from step to step no more than a mean "
              "over every position of the batch's windows does", 0.5, 100, 5),
             ("training_part", "the batches come from the training part (the first 90%): the model does not improve "
              "more on held-out text than on training text (30 steps)", 1, 30, 4),
-            ("next_byte", "after those 100 steps the model predicts the next byte of held-out text", 1, 100, 5),
+            ("next_byte", "after those 100 steps the model predicts the next byte of held-out text", 0.75, 100, 5),
         )
     )
 
@@ -165,6 +167,9 @@ def graded() -> Unit:
         Check("progress", f"progress(step, loss) is called after each of those {SEED_STEPS} steps, step counted "
               "from 1, with the loss of that step", 0.5, train_inputs(SEED_STEPS, 11),
               probe=seed_probe("progress"), oracle=facet_oracle),
+        Check("lr", f"the same {SEED_STEPS} steps with lr={OTHER_LR:g} give other losses than with the default lr "
+              "(from the second step on): lr reaches the optimizer", 0.5, train_inputs(SEED_STEPS, 11),
+              probe=seed_probe("lr"), oracle=facet_oracle),
     )
 
     parts = (
@@ -343,7 +348,8 @@ def _raw(rows: list[float] | None = None, keys: list[float] | None = None):
 def _scale_sentence(used: float) -> str:
     d, T = LOCATE_D, LOCATE_T
     for value, name in ((1.0, "not scaled at all"), (1 / d, "divided by d"), (1 / math.sqrt(T), "divided by sqrt(T), "
-                        "the number of positions"), (math.sqrt(d), "multiplied by sqrt(d)")):
+                        "the number of positions"), (1 / math.sqrt(LOCATE_BLOCK), "divided by sqrt(block_size), the "
+                        "tile's size"), (math.sqrt(d), "multiplied by sqrt(d)")):
         if abs(used - value) < 1e-3 * max(1.0, value):
             return name
     return f"multiplied by {used:.4g}"
@@ -356,7 +362,36 @@ def _per_tile(got, want) -> str:
     return ", ".join(f"keys {j}-{e - 1}: x{r:.3g}" for (j, e), r in zip(tiles, ratios, strict=True))
 
 
+def _located_scale(call, flash: bool) -> str | None:
+    """The scale, read from two keys of the last tile (10 and 11), whose weights keep their ratio
+    however the tiles are weighed against each other: so a wrong scale is told beside a slip in the
+    online softmax that leaves only the last tile standing."""
+    T, d = LOCATE_T, LOCATE_D
+    rows = [0.5 * i for i in range(T)]  # raw scores: query i gives key T - 2 the score i / 2, every other key 0
+    weights, _ = _weights(call, *_raw(rows, [0.0] * (T - 2) + [1.0, 0.0]), causal=False, flash=flash)
+    if weights is None:
+        return None
+    row = weights[4]  # raw scores [0, ..., 0, 2, 0]
+    if np.all(np.isfinite(row)) and row[T - 2] > 0 and row[T - 1] > 0:
+        used = float(np.log(row[T - 2] / row[T - 1]) / 2.0)
+        if abs(used - 1 / math.sqrt(d)) > 1e-3:
+            return (f"the scale. With d = {d} and T = {T}, and raw scores q.k = [0, ..., 0, 2, 0] for one query, your "
+                    f"weights over its last two keys, {shown(row[T - 2:])}, mean the scores were "
+                    f"{_scale_sentence(used)} ({used:.4g} times q k^T), where the contract divides by sqrt(d) = "
+                    f"{math.sqrt(d):g}")
+    return None
+
+
 def _locate_attention(call, flash: bool) -> str | None:
+    found = _locate_attention_step(call, flash)
+    if flash and found is not None and not found.startswith("the scale."):
+        scale = _located_scale(call, flash)
+        if scale is not None:
+            return f"{scale}. Also: {found}"
+    return found
+
+
+def _locate_attention_step(call, flash: bool) -> str | None:
     T, d = LOCATE_T, LOCATE_D
     uniform = np.full((T, T), 1 / T)
     weights, got = _weights(call, *_raw(), causal=False, flash=flash)
@@ -403,6 +438,23 @@ def _locate_attention(call, flash: bool) -> str | None:
             return (f"the causal flag. With every score equal and causal=False, each query should spread its weight "
                     f"evenly, 1/{T} over every key; yours hides the keys after the query, as if causal were True: mask "
                     "only when causal is True")
+        if flash:
+            tiles = [(j, min(T, j + LOCATE_BLOCK)) for j in range(0, T, LOCATE_BLOCK)]
+            first, last = tiles[0], tiles[-1]
+            first_out = np.allclose(weights[:, first[0]:first[1]], 0)
+            if first_out and np.allclose(weights[:, first[1]:], 1 / T):
+                return (f"the rescaling of the accumulated output. With every score equal (q = k = 0, no mask) each "
+                        f"query's weights are 1/{T}; yours give the first tile of keys "
+                        f"(keys {first[0]}-{first[1] - 1}) no weight and every later key 1/{T}: the output "
+                        "accumulated so far is multiplied by "
+                        "exp(m_old - m_new) after the tile's p @ v is added, and on the first tile that factor is "
+                        "exp(-inf) = 0. Rescale first, then add: acc = acc * exp(m_old - m_new) + p @ v")
+            if np.allclose(weights[:, :last[0]], 0) and np.allclose(weights[:, last[0]:], 1 / (last[1] - last[0])):
+                return (f"the running maximum. With every score equal (q = k = 0, no mask) each query's weights are "
+                        f"1/{T}; yours give weight only to the last tile of keys (keys {last[0]}-{last[1] - 1}, "
+                        f"1/{last[1] - last[0]} each), as if each tile were the first: exp(m_old - m_new) is 0 on "
+                        "every tile, which is so when m is never updated (it stays -inf): after each tile, m = m_new "
+                        "(and the output and the running sum carry over, rescaled, not overwritten)")
         return (f"the output. With every score equal (q = k = 0, no mask) each query should spread its weight evenly, "
                 f"1/{T} over every key; yours gives rows like {shown(weights[0])}")
     rows = [0.5 * i for i in range(T)]  # raw scores: query i gives key 0 the score i / 2, every other key 0
@@ -611,11 +663,11 @@ def time_oracle(inputs: Inputs):
             "explanations": time_explanations(inputs.kwargs["durations"], inputs.kwargs["warmup"])}
 
 
-def time_explanations(durations: list[float], warmup: int) -> list[tuple[float, str]]:
+def time_explanations(durations: list[float], warmup: int) -> list[tuple]:
     """What a timer computes instead, for answers other than the median of the timed calls: each
-    (seconds, in words), the likelier slips first. Read against a wrong answer, the first that
-    matches says which step of the timer departs (which calls it timed, what it took of them, the
-    unit), from this check's own durations."""
+    (seconds, in words) or (seconds, in words, the step), the likelier slips first. Read against a
+    wrong answer, the first that matches says which step of the timer departs (which calls it timed,
+    what it took of them, the unit), from this check's own durations."""
     timed, every = durations[warmup:], durations
     sets = [("the timed calls", timed), (f"all {len(every)} calls, the warm-up ones included", every),
             ("the timed calls but the first", timed[1:]), ("the timed calls but the last", timed[:-1]),
@@ -627,6 +679,13 @@ def time_explanations(durations: list[float], warmup: int) -> list[tuple[float, 
              (float(np.sum(timed)) / len(every),
               "the total of the timed calls divided by every call, warm-up included"),
              (float(timed[-1]), "the last timed call alone")]
+    # the middle of the calls as they ran: a median taken without sorting them first
+    middle = [timed[len(timed) // 2]] if len(timed) % 2 else [
+        (timed[len(timed) // 2 - 1] + timed[len(timed) // 2]) / 2, timed[len(timed) // 2 - 1], timed[len(timed) // 2]]
+    unsorted = ("the middle one of the timed calls in the order they ran (" + ", ".join(
+        f"{1000 * t:g}" for t in timed) + " ms), not sorted by duration: the median is the middle of the sorted "
+        "times (statistics.median(times) sorts them; or sorted(times) before taking the middle)")
+    found += [(float(value), unsorted, "the median") for value in middle if value != np.median(timed)]
     for words, calls in sets:
         for statistic, compute in statistics:
             if calls and (statistic, words) != ("the median of", "the timed calls"):
@@ -637,9 +696,9 @@ def time_explanations(durations: list[float], warmup: int) -> list[tuple[float, 
 def time_explanation(seconds: float, expected: dict) -> str | None:
     """The first of the check's explanations that gives `seconds`, in words: '210.0 ms is the median
     of all 8 calls, the warm-up ones included'."""
-    for value, words in expected.get("explanations") or ():
+    for value, words, *step in expected.get("explanations") or ():
         if same_time(seconds, value):
-            return f"{seconds * 1000:.1f} ms is {words}"
+            return "".join(f"{name}. " for name in step) + f"{seconds * 1000:.1f} ms is {words}"
     return None
 
 
@@ -738,6 +797,7 @@ def trained(api, inputs: Inputs) -> tuple:
 
 
 SEED_STEPS = 3
+OTHER_LR = 3e-2  # ten times the default: from the second step on, the losses differ
 _SEED_RUNS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # submission -> its three short runs
 
 
@@ -765,7 +825,7 @@ def seed_runs(api, inputs: Inputs) -> tuple:
 
     seen = []
     first = run(seed, progress=lambda step, loss: seen.append((step, loss)))
-    runs = ((first, seen), run(seed), run(seed + 1), run(seed, batch_size=16, lr=3e-3))
+    runs = ((first, seen), run(seed), run(seed + 1), run(seed, batch_size=16, lr=3e-3), run(seed, lr=OTHER_LR))
     if owner is not None:
         _SEED_RUNS[owner] = runs
     return runs
@@ -778,12 +838,19 @@ def _floats(losses, steps) -> list[float] | None:
     return None
 
 
-def seed_facet(which: str, first, again, other, given, inputs: Inputs) -> dict:
+def seed_facet(which: str, first, again, other, given, faster, inputs: Inputs) -> dict:
     (losses, seen), steps, seed = first, inputs.kwargs["steps"], inputs.kwargs["seed"]
-    runs = [_floats(run, steps) for run in (losses, again, other, given)]
+    runs = [_floats(run, steps) for run in (losses, again, other, given, faster)]
     if any(run is None for run in runs):
         return facet(False, "format", f"could not be judged: train should return a list of {steps} finite floats")
-    losses, again, other, given = runs
+    losses, again, other, given, faster = runs
+    if which == "lr":
+        if np.allclose(again[1:], faster[1:], rtol=1e-5, atol=1e-6):
+            return facet(False, "lr_ignored",
+                         f"with lr={OTHER_LR:g}, train returned the same losses as with the default lr=3e-3 from the "
+                         f"same start and seed ({again[-1]:.4f} at step {steps} both times): the lr argument never "
+                         "reaches the optimizer. Pass it on: torch.optim.AdamW(model.parameters(), lr=lr)")
+        return facet(True, None)
     if which == "seed":
         if not np.allclose(losses, again, rtol=1e-5, atol=1e-6):
             return facet(False, "unseeded",
@@ -917,6 +984,57 @@ JITTER_RATIO = 2.5
 HELD_OUT_LEAD = 0.06  # nats: how much more a model may improve on held-out text than on training text
 
 
+def _trained_elsewhere(losses, state, inputs: Inputs) -> str | None:
+    """Said where the model given to train comes back exactly as it went in while the losses train
+    returned fall: another model was trained (one built inside train, say), not the one given."""
+    floats = _floats(losses, inputs.kwargs["steps"])
+    if floats is None or len(floats) < 8 or np.mean(floats[:3]) - np.mean(floats[-5:]) < 0.5:
+        return None
+    start = initial_state(inputs)
+    if not (isinstance(state, dict) and set(state) == set(start) and all(
+            isinstance(state[name], torch.Tensor) and state[name].shape == value.shape
+            and torch.equal(state[name].to(value.dtype), value) for name, value in start.items())):
+        return None
+    return (f"the model passed to train (model=...) comes back with exactly the weights it was given, yet the losses "
+            f"train returned fall from {np.mean(floats[:3]):.2f} to {np.mean(floats[-5:]):.2f}: another model was "
+            "trained. When a model is given, train that one (build GPT(config) only when model is None)")
+
+
+def _summed_loss(losses, start: dict, fields: dict) -> str | None:
+    """Said where the losses returned are a whole number of positions times the grader's own
+    measurement of the same starting model: a sum over positions where the contract averages."""
+    if not isinstance(losses, list | tuple) or not losses or not isinstance(losses[0], int | float) or \
+            isinstance(losses[0], bool) or not math.isfinite(losses[0]) or not start["train"] > 0:
+        return None
+    ratio, T, B = float(losses[0]) / start["train"], fields["context_length"], 16
+    for size, how in ((T, f"summed over each window's {T} positions, then averaged over the windows (reduction="
+                          "'sum' divided by the batch size)"),
+                      (B * T, f"summed over all {B} x {T} positions of the batch (reduction='sum')"),
+                      (B, f"summed over the batch's {B} windows (a mean over positions, then a sum)")):
+        if abs(ratio / size - 1) < 0.2:
+            return (f"the loss returned at step 1 is {float(losses[0]):.2f}, about {size} times what the grader "
+                    f"measures for the starting model ({start['train']:.2f}): it is {how}. The training loss is the "
+                    "mean over every position of the batch, F.cross_entropy(logits.flatten(0, 1), targets.flatten()) "
+                    "with its default reduction='mean'")
+    return None
+
+
+FRESH_SHARE = 0.6  # a fresh AdamW each step: nearly all moved weights; one AdamW: about one in ten (by chance)
+
+
+def _whole_lr_moves(state: dict, inputs: Inputs, lr: float = 3e-3) -> float:
+    """The share of the weights that moved by over half of lr whose move is within 0.1 lr of an even
+    multiple of lr: AdamW's first step moves each weight by lr (its update m / sqrt(v) is +-1), so an
+    optimizer made anew at each step of an even number of steps leaves whole, even multiples."""
+    start = initial_state(inputs)
+    moves = torch.cat([((state[name].double() - value.double()) / lr).abs().flatten()
+                       for name, value in start.items() if name in state and state[name].shape == value.shape])
+    moved = moves[moves > 0.5]
+    if moved.numel() == 0:
+        return 0.0
+    return float(((moved - 2 * torch.round(moved / 2)).abs() < 0.1).double().mean())
+
+
 def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = True) -> dict:
     """One facet (see `facet`) of a training run, from the weights it left (measured here), the
     losses it returned and whether it left gradients in the model: "losses", "decreases",
@@ -930,6 +1048,12 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
     except Exception as err:  # noqa: BLE001 - weights the course's GPT cannot load
         return facet(False, None, f"the grader could not read the trained model's weights ({exception_text(err)})")
     dropped = start["train"] - now["train"]
+    elsewhere = _trained_elsewhere(losses, state, inputs)
+    if elsewhere is not None and which in ("losses", "decreases", "keeps_pace", "next_byte"):
+        return facet(False, "other_model", elsewhere)
+    summed = _summed_loss(losses, start, fields)
+    if summed is not None and which in ("losses", "every_position"):
+        return facet(False, "summed", summed)
 
     if which == "losses":
         numbers = isinstance(losses, list | tuple) and len(losses) == steps and all(
@@ -944,6 +1068,13 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
             f"the losses returned (first 3 steps: {first:.2f}, last 5: {last:.2f}) do not describe the model that "
             f"was trained: the grader measures {start['train']:.2f} before training and {now['train']:.2f} after, on "
             "training text. Return each step's training loss, loss.item() of the batch the step trained on")
+    if which == "one_optimizer":
+        share = _whole_lr_moves(state, inputs)
+        return facet(share < FRESH_SHARE, "fresh_optimizer",
+                     f"after {steps} steps, {100 * share:.0f}% of the weights that moved have moved by a whole, even "
+                     f"number of times lr (3e-3), as when every step moves each weight by exactly lr, up or down: "
+                     "what AdamW's first step does. An AdamW made anew at each step takes only first steps; create "
+                     "the optimizer once, before the loop, so that its running averages carry over")
     if which == "decreases":
         why = ("is optimizer.step() called, on the model's parameters?" if grads_left else
                "after training the parameters hold no gradient: is optimizer.zero_grad() called between "
@@ -1227,9 +1358,11 @@ MISCONCEPTIONS = (
                   "Time each call separately and return the median per call.",
                   {"time_fn": time_with(total=True)}),
     Misconception("time_no_sync", "a timer that does not wait for the GPU before it stops the clock (it measures "
-                  "the launches only)",
+                  "the launches only): no synchronise at all, or one behind a CUDA test that never holds",
                   "A GPU runs kernels asynchronously: fn returns once its work is queued. When an argument is a "
-                  "CUDA tensor, call torch.cuda.synchronize() before starting the clock and again before stopping it.",
+                  "CUDA tensor, call torch.cuda.synchronize() before starting the clock and again before stopping it. "
+                  "If you do call it, check the test that guards it: a tensor's device is cuda:0, which is not equal "
+                  "to torch.device('cuda'); test a.is_cuda (or a.device.type == 'cuda') instead.",
                   {"time_fn": time_with(no_sync=True)}),
     Misconception("time_no_sync_before", "a timer that waits for the GPU after each timed call but not before "
                   "the first, so the warm-up's queued work is timed with it",

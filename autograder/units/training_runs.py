@@ -81,7 +81,12 @@ def graded_parts() -> tuple[Part, ...]:
     called at the end of the module, once all of it is defined."""
     SAVE_CHECKS = (
         probe_check("optimizer", "saved, then loaded in a new process into a fresh model and a fresh AdamW: the next "
-                    "optimizer step is the reference's (AdamW's state was saved)", 2, checkpoint_probe("optimizer")),
+                    "optimizer step is the reference's (AdamW's state was saved)", 1.5, checkpoint_probe("optimizer")),
+        # the round trip's generators, seen from this side too: a state never saved shows here as well as in
+        # load_checkpoint's own check (the fresh set's 08/25 was told only there)
+        probe_check("generators", "the same round trip: Python's, NumPy's and torch's generators draw again, after "
+                    "loading, what they drew right after saving (their states were saved)", 0.5,
+                    checkpoint_probe("generators")),
         probe_check("inputs_unchanged", "saving leaves the model and the three generators as they were", 1,
                     checkpoint_probe("saving_changes_nothing"), kind="unchanged"),
     )
@@ -93,7 +98,11 @@ def graded_parts() -> tuple[Part, ...]:
                     "loaded into a fresh model built from another seed: the model holds the saved weights", 1,
                     checkpoint_probe("weights")),
         probe_check("generators", "Python's, NumPy's and torch's generators, moved after saving, draw again what they "
-                    "drew right after saving", 1.5, checkpoint_probe("generators")),
+                    "drew right after saving", 1, checkpoint_probe("generators")),
+        # the round trip's next optimizer step, seen from this side too: AdamW's state never loaded back shows
+        # here as well as in save_checkpoint's own check (the fresh set's 08/29 was told only there)
+        probe_check("optimizer", "loaded into a fresh model and a fresh AdamW: the next optimizer step is the "
+                    "reference's (AdamW's state was loaded back)", 0.5, checkpoint_probe("optimizer")),
         probe_check("inputs_unchanged", "a second load of the same checkpoint gives the same again (the file is left "
                     "as it was)", 0.5, checkpoint_probe("loads_twice"), kind="unchanged"),
     )
@@ -362,6 +371,9 @@ def round_trip(api, inputs: Inputs) -> dict:
         ops.train_step(model, optimizer, 1)
         ops.train_step(model, optimizer, 2)
         ops.seed(gens, 20)
+        # moved on from the seed: a state read back as a seed (np.random.seed(state[1][0]), the first
+        # word of NumPy's key, which is the seed right after seeding) would then draw elsewhere
+        ops.draws(gens)
         ops.call("save_checkpoint", folder + CHECKPOINT, model, optimizer, STEP, **copy.deepcopy(STATE))
         saved = ops.weights(model)
         drawn = ops.draws(gens)  # right after saving: what a resumed run must draw next
@@ -680,8 +692,8 @@ def loop_probe(view: str):
             straight = once(api, "recipe", lambda: run_loop(api, RECIPE, "like", check_inputs=True))
             resumed = once(api, "resumed", lambda: run_resumed(api))
             return resume_view(straight, resumed)
-        if view == "recipe":
-            return {"view": view, "logits": predictions(run["weights"])}
+        if view == "recipe":  # (the losses only word the message: see _recipe_part)
+            return {"view": view, "logits": predictions(run["weights"]), "losses": run["result"].get("train_losses")}
         if view in ("records", "stopping"):
             return {"view": view, **run["result"]}
         if view == "best_weights":
@@ -774,6 +786,10 @@ def diagnose_loop(result, expected) -> str | None:
         got, want = result["logits"], expected["logits"]
         if got is None or not torch.allclose(got, want, rtol=LOGITS.rtol, atol=LOGITS.atol):
             gap = "unreadable weights" if got is None else f"{float((got - want).abs().max()):.3g}"
+            if view == "recipe" and (alone := _recipe_part(got, result.get("losses"))) is not None:
+                return (f"after {RECIPE['total_steps']} steps from the grader's start and seed, the model's "
+                        f"predictions differ from the reference's by up to {gap}; the run is the recipe's with one "
+                        f"part of it changed ({alone[2]}): {alone[0]}. {alone[1].rstrip('.')}")
             if view == "recipe":
                 return (f"after {RECIPE['total_steps']} steps from the grader's start and seed, the model's "
                         f"predictions differ from the reference's by up to {gap}: follow the notebook's recipe "
@@ -795,6 +811,16 @@ def diagnose_loop(result, expected) -> str | None:
         return None
     if view in ("records", "stopping"):
         steps, want = result.get("train_losses"), expected["train_losses"]
+        held, want_held = result.get("heldout_losses"), expected["heldout_losses"]
+        if view == "stopping" and (steps is None or len(steps) != len(want)) and held and len(held) >= 3 and all(
+                b < a for a, b in zip(held, held[1:], strict=False)) and want_held and len(want_held) >= 2 and \
+                want_held[-1] > min(want_held):
+            return (f"on held-out text that gets worse as the model learns (evaluations every "
+                    f"{STOPPING['eval_every']} steps, patience {STOPPING['patience']}), the run took {_steps(steps)} "
+                    f"steps; the reference stops after {len(want)}. The held-out losses it recorded fall at every "
+                    f"evaluation ({_rounded(held[:4])}...), as only the training text's do; the reference's rise "
+                    f"({_rounded(want_held)}): evaluate on heldout_ids (evaluate(model, heldout_ids, ...)), never on "
+                    "train_ids")
         if view == "stopping" and (steps is None or len(steps) != len(want)):
             return (f"on held-out text that gets worse as the model learns (evaluations every {STOPPING['eval_every']} "
                     f"steps, patience {STOPPING['patience']}), the run took {_steps(steps)} steps; the reference stops "
@@ -802,7 +828,6 @@ def diagnose_loop(result, expected) -> str | None:
         if not _close(steps, want, LOSSES):
             return (f"train_losses ({_steps(steps)} values) are not the losses of the steps the reference takes from "
                     f"the same start ({len(want)} values): record loss.item() of each step's batch")
-        held, want_held = result.get("heldout_losses"), expected["heldout_losses"]
         if not _close(held, want_held, LOSSES):
             return (f"heldout_losses are {_rounded(held)}, the reference's {_rounded(want_held)}: evaluate on the "
                     f"held-out ids after steps eval_every, 2 * eval_every, ... (counting steps from 1)")
@@ -811,6 +836,18 @@ def diagnose_loop(result, expected) -> str | None:
                     "step of the evaluation with the lowest held-out loss")
         return None
     if view == "resume":
+        straight_steps, resumed_steps = result["lengths"]
+        if result["differs"] and abs(resumed_steps - straight_steps) == 1 and straight_steps > STOP_AT:
+            again = resumed_steps > straight_steps
+            return (f"a run stopped after step {STOP_AT} (stop_after, checkpoints every 6 steps) and resumed from "
+                    f"its checkpoint in a new process returned {resumed_steps} train_losses, where the run that never "
+                    f"stopped returned {straight_steps}: the resumed loop "
+                    + (f"takes step {STOP_AT} again, though the checkpoint was saved after it: the step saved is one "
+                       "short (the 0-based index of the last step done)" if again else
+                       f"skips step {STOP_AT + 1}, the first step the stopped run had not taken: the step saved is one "
+                       "too many")
+                    + ". Save the number of steps done (done = step + 1) and start the resumed loop from the step "
+                    "loaded: for step in range(step_loaded, total_steps)")
         if result["differs"]:
             where = (f" (train_losses first differ at step {result['first'] + 1})" if result["first"] is not None
                      and result["first"] < min(result["lengths"]) else "")
@@ -825,6 +862,55 @@ def diagnose_loop(result, expected) -> str | None:
     if result["changed"]:
         return f"train_loop changed its inputs: {', '.join(result['changed'])}"
     return None
+
+
+# The parts of the recipe whose change alone shows in the trained model's predictions: a recipe run
+# with each (the catalogued mistake's variant, trusted) says which part an answer's run departs in,
+# even where another slip elsewhere (in its evaluations, say) keeps the mistake from being named.
+RECIPE_PARTS = ("train_default_betas", "train_no_weight_decay", "train_default_weight_decay", "train_no_clipping",
+                "train_constant_lr", "train_lr_from_one", "train_zero_grad_before_step")
+
+
+@functools.cache
+def _recipe_runs() -> tuple:
+    """(description, hint, the trained model's logits, its train_losses) of the recipe run with each
+    of RECIPE_PARTS."""
+    from ..engine.probes import probe_trusted
+    from ..engine.reference import load_reference
+
+    ref, runs = load_reference("08_training"), []
+    for mistake in (m for m in MISCONCEPTIONS if m.name in RECIPE_PARTS):
+        variant = mistake.variants["train_loop"]
+        namespace = {**vars(ref), "train_loop": _in_place(ref, variant)}
+        with quiet():
+            got = probe_trusted(loop_probe("recipe"), namespace, Inputs((), {})).value
+        if isinstance(got, dict) and isinstance(got.get("logits"), torch.Tensor):
+            runs.append((mistake.description, mistake.hint, got["logits"], got.get("losses")))
+    return tuple(runs)
+
+
+def _in_place(ref, variant):
+    """The variant as catalogue.variant_namespace puts it in place: its run is kept under the same key."""
+    return lambda *a, **k: variant(ref, *a, **k)
+
+
+def _recipe_part(logits, losses) -> tuple[str, str, str] | None:
+    """(description, hint, what shows it) of the one recipe part whose change alone gives these
+    predictions, or these train_losses (which no slip in the evaluations or the weights kept at the
+    end changes)."""
+    try:
+        runs = _recipe_runs()
+    except Exception:  # noqa: BLE001 - the alternatives only word the message
+        return None
+    found = []
+    for words, hint, want, want_losses in runs:
+        if isinstance(logits, torch.Tensor) and want.shape == logits.shape and torch.allclose(
+                logits, want, rtol=LOGITS.rtol, atol=LOGITS.atol):
+            found.append((words, hint, "its predictions are that run's"))
+        elif want_losses and isinstance(losses, list) and len(losses) == len(want_losses) and np.allclose(
+                losses, want_losses, rtol=LOSSES.rtol, atol=LOSSES.atol):
+            found.append((words, hint, "its train_losses are that run's, step by step"))
+    return found[0] if len(found) == 1 else None
 
 
 def _consistent(best: dict) -> bool:
@@ -962,7 +1048,8 @@ def loop_with(clip=True, constant_lr=False, eval_from_zero=False, patience_extra
 
 
 MISCONCEPTIONS = (
-    Misconception("checkpoint_no_optimizer", "a checkpoint without the optimizer's state",
+    Misconception("checkpoint_no_optimizer", "a checkpoint round trip without the optimizer's state (not saved, or "
+                  "not loaded back)",
                   "Save optimizer.state_dict() with the weights and load it with optimizer.load_state_dict(...): "
                   "AdamW's running averages and step count decide the size of the next steps.",
                   {"save_checkpoint": save_with(no_optimizer=True)}),

@@ -104,8 +104,11 @@ def graded_parts() -> tuple[Part, ...]:
     )
 
     ENCODE_CHECKS = (
-        Check("unseen", "merges learned from English prose, text never seen (accents, CJK, emoji, CRLF)", 1,
+        Check("unseen", "merges learned from English prose, text never seen (accents, CJK, emoji, CRLF)", 0.75,
               encode_inputs(UNSEEN, PROSE, 320)),
+        Check("each_call_its_merges", "one text encoded with some merges, then with none, then with those merges "
+              "again: each call follows the merges it is given", 0.25, encode_inputs(FRESH_TEXT, PROSE, 300),
+              probe=each_call_probe, oracle=facet_oracle),
         Check("code", "merges learned from one piece of code, another piece of code encoded", 1,
               encode_inputs(CODE_UNSEEN, CODE, 300)),
         Check("order", "the merges' order matters: \"abcd\" runs whose pairs were learned in another order, and "
@@ -596,6 +599,30 @@ def unchanged_probe(name: str, what: str):
     return probe
 
 
+FRESH_TEXT = "the cache: these merges, then none, then these merges again"
+
+
+def each_call_probe(api, inputs: Inputs):
+    """encode(text, merges), encode(text, []), encode(text, merges): a call follows its own merges,
+    whatever the calls before it were given."""
+    text, merges = inputs.args
+    first = _int_list(api.call("encode", text, [tuple(m) for m in merges]))
+    bare = _int_list(api.call("encode", text, []))
+    again = _int_list(api.call("encode", text, [tuple(m) for m in merges]))
+    raw = list(text.encode("utf-8"))
+    if bare == raw and first == again:
+        return facet(True, None)
+    kept = (bare is not None and bare == first and first != raw) or (again is not None and again == raw != first)
+    return facet(False, "kept" if kept else "other",
+                 (f"encode(text, []) gave the ids the call just before gave for the same text with {len(merges)} "
+                  "merges (or the other way round): something kept between calls remembers chunks encoded under "
+                  "other merges (a cache at module level, or a default argument). Keep a cache inside one call, or "
+                  "key it by the merges as well") if kept else
+                 (f"with no merges, encode(text, []) should give the text's UTF-8 bytes ({len(raw)} ids); yours gave "
+                  f"{describe(bare)}, and the same text with the same merges twice gave "
+                  + ("the same ids" if first == again else "other ids the second time")))
+
+
 def _plain_list(value):
     if isinstance(value, list | tuple):
         return [_plain_list(v) for v in value]
@@ -713,6 +740,15 @@ def _merges_of(pairs) -> list[tuple[int, int]]:
 
 def locate_encode(call) -> str | None:
     ref = load_reference("08_training")
+    # the calls' memory first: chunks kept from a call with other merges spoil every step after it
+    text, merges = "qzx qzx", _merges_of([(b"q", b"z")])
+    first, bare = _as_ids(call(text, list(merges))), _as_ids(call(text, []))
+    raw = list(text.encode("utf-8"))
+    if bare != raw and bare is not None and bare == first:
+        return (f"the memory between calls. encode({text!r}, [(b'q', b'z')]) then encode({text!r}, []) should give "
+                f"{ref.encode(text, merges)}, then the bytes {raw}; yours gives {_short(bare)} the second time, what "
+                "the call before gave: chunks kept from a call with other merges (a cache at module level, or a "
+                "default argument) are used again. Keep a cache inside one call, or key it by the merges as well")
     for step, text, pairs, fix, applies in ENCODE_STEPS:
         merges = _merges_of(pairs)  # as train_bpe gives them: a list of (id_a, id_b) tuples
         want, got = ref.encode(text, merges), _as_ids(call(text, list(merges)))

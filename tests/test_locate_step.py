@@ -1812,3 +1812,88 @@ def test_a_checkpoint_slip_on_one_side_shows_in_each_parts_own_check(changes, pa
     results = {r.name: r for r in graded_in_worker(UNITS["08_training"], part, source)}
     assert not results[f"{part}/{check}"].passed and told in results[f"{part}/{check}"].message, \
         {n: r.message for n, r in results.items() if not r.passed}
+
+
+def test_an_exception_also_quotes_the_line_one_step_further_back():
+    """The names on the line that raised, then the names on the lines that set those: a size read from
+    the wrong axis two lines up (the fresh set fresh29f's 04/20, whose mask came from n = x.size(0)
+    through a line the message quoted)."""
+    source = """
+import numpy as np
+
+def split_heads(x, n_heads):
+    width = x.shape[-2]
+    d_head = width // n_heads
+    return np.swapaxes(x.reshape(x.shape[:-1] + (n_heads, d_head)), -2, -3)
+"""
+    results = graded_in_worker(UNITS["03_multihead"], "split_heads", source)
+    raised = [r.message for r in results if ": raised ValueError" in r.message]
+    assert raised and all("`d_head` on line 6" in m and "`width` on line 5: `width = x.shape[-2]`" in m
+                          for m in raised), raised
+
+
+@pytest.mark.parametrize("unit_name, part_name, source, step", [
+    ("02_masking", "causal_self_attention", """
+def causal_self_attention(x, W_q, W_k, W_v):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    n = x.shape[-2]
+    scores = np.where(causal_mask(n), q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1]), -np.inf)
+    e = np.exp(scores)
+    return e / e.sum(axis=-1, keepdims=True) @ v
+""", "the softmax's stability:"),
+    ("03_multihead", "multi_head_attention", UNIT_03_MHA.replace(
+        "(split_heads(x @ W, n_heads) for W in (W_q, W_k, W_v))",
+        "(split_heads(x @ W, n_heads) for W in (W_q, W_v, W_k))"), "the values."),
+])
+def test_a_slip_found_by_the_fresh_set_fresh29f_is_told_its_step(unit_name, part_name, source, step):
+    """Told generically or at another step by the fresh set fresh29f (graded before these were made):
+    an unshifted softmax inside causal_self_attention (a NaN with two guesses), keys and values swapped
+    (the mix of values)."""
+    unit = UNITS[unit_name]
+    where = located(unit, unit.part(part_name), reference_with(unit, source))
+    assert where is not None and where.startswith(step), where
+
+
+def test_a_layer_norm_with_its_own_eps_is_not_told_as_float32():
+    """A layer_norm that ignores its eps argument (1e-5 always) was told 'the precision' (fresh29f's
+    04/05): a wrong eps fades on large rows, float32's round-off does not."""
+    unit = UNITS["04_block"]
+    reference = load_reference(unit.name)
+
+    def fixed_eps(x, weight, bias, eps=1e-5):
+        return reference.layer_norm(x, weight, bias, 1e-5)
+
+    where = located(unit, unit.part("layer_norm"), dict(vars(reference), layer_norm=fixed_eps))
+    assert where is not None and where.startswith("eps."), where
+
+
+@pytest.mark.parametrize("unit_name, part_name, answer, told", [
+    ("03_multihead", "attention_flops", "lambda n, d_model, n_heads: float(8 * n * d_model ** 2 + 4 * n * n * d_model)",
+     "the right number, but a float"),
+    ("05_model", "count_parameters", "lambda config: float(REF_COUNT(config) - config.d_model)",
+     "and it came back as a float"),
+])
+def test_a_count_returned_as_a_float_is_told_so_right_or_off(unit_name, part_name, answer, told):
+    """A float count was said only where it was right (05), or never (03), in the fresh set fresh29f."""
+    unit = UNITS[unit_name]
+    namespace = dict(vars(load_reference(unit_name)))
+    namespace["REF_COUNT"] = namespace.get("count_parameters")
+    namespace[part_name] = eval(answer, namespace)  # the course's own test code
+    failed = [r.message for r in grade_part(unit, part_name, InProcessStudent(namespace)) if not r.passed]
+    assert failed and any(told in m for m in failed), failed
+
+
+def test_an_attention_with_a_mask_kept_for_64_positions_loses_the_long_sequence_check():
+    """Kept full marks in the fresh set fresh29f (04/18): no input was longer than 64 positions."""
+    unit = UNITS["04_block"]
+    reference = load_reference(unit.name)
+
+    class Buffer64(reference.MultiHeadAttention):
+        def forward(self, x):
+            if x.shape[-2] > 64:  # what masked_fill with a (64, 64) buffer's [:T, :T] would do
+                raise RuntimeError("The size of tensor a (64) must match the size of tensor b (300)")
+            return super().forward(x)
+
+    failed = [r.name for r in grade_part(unit, "MultiHeadAttention", InProcessStudent(
+        dict(vars(reference), MultiHeadAttention=Buffer64))) if not r.passed]
+    assert failed == ["MultiHeadAttention/longer_than_d_model"], failed

@@ -313,17 +313,36 @@ def names_set_earlier(student, outcome: Outcome) -> str:
     if not functions:
         return ""
     function = max(functions, key=lambda node: node.lineno)  # the innermost
-    used = list(dict.fromkeys(node.id for node in ast.walk(function) if isinstance(node, ast.Name)
-                              and isinstance(node.ctx, ast.Load) and node.lineno == line))
     lines = source.splitlines()
-    told = []
-    for name in used:
+
+    def names_on(number: int) -> list[str]:
+        return list(dict.fromkeys(node.id for node in ast.walk(function) if isinstance(node, ast.Name)
+                                  and isinstance(node.ctx, ast.Load) and node.lineno == number))
+
+    def set_before(name: str, number: int) -> int | None:
         set_on = [node.lineno for node in ast.walk(function) if isinstance(node, ast.Name)
-                  and isinstance(node.ctx, ast.Store) and node.id == name and node.lineno < line]
-        if set_on:
-            text = lines[max(set_on) - 1].strip()
-            told.append(f"`{name}` on line {max(set_on)}: `{text if len(text) <= 80 else text[:77] + '...'}`")
-    return f" (that line's names were last set earlier: {'; '.join(told[:2])})" if told else ""
+                  and isinstance(node.ctx, ast.Store) and node.id == name and node.lineno < number]
+        return max(set_on) if set_on else None
+
+    # The names on the line that raised, then the names on the lines that set those (one step further:
+    # a size set two lines up, used to build the mask that broadcast wrongly), three lines at most.
+    told, seen = [], set()
+    for name in names_on(line):
+        where = set_before(name, line)
+        if where and (name, where) not in seen:
+            seen.add((name, where))
+            told.append((name, where))
+    for _name, where in sorted(told, key=lambda entry: -entry[1]):  # the nearest line's names first
+        for inner in names_on(where):
+            further = set_before(inner, where)
+            if further and (inner, further) not in seen:
+                seen.add((inner, further))
+                told.append((inner, further))
+    said = []
+    for name, where in told[:3]:
+        text = lines[where - 1].strip()
+        said.append(f"`{name}` on line {where}: `{text if len(text) <= 80 else text[:77] + '...'}`")
+    return f" (that line's names were last set earlier: {'; '.join(said)})" if said else ""
 
 
 # Exceptions whose cause lies on an earlier line than the one that raised, and what it usually is.

@@ -131,8 +131,9 @@ def graded() -> Unit:
                 Check("single_token", "a single position: x (2, 1, 8)", 0.5,
                       module_inputs("MultiHeadAttention", (8, 4), (2, 1, 8)), tol=F32,
                       probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
-                Check("longer_than_d_model", "more positions than d_model: d_model 4, 2 heads, x (2, 9, 4)", 0.5,
-                      module_inputs("MultiHeadAttention", (4, 2), (2, 9, 4)), tol=F32,
+                Check("longer_than_d_model", "more positions than d_model, and than a mask kept for 64 or 256 "
+                      "positions: d_model 4, 2 heads, x (2, 300, 4)", 0.5,
+                      module_inputs("MultiHeadAttention", (4, 2), (2, 300, 4)), tol=F32,
                       probe=forward_probe("MultiHeadAttention"), oracle=mha_oracle),
                 Check("float64", "the module in float64 (.double()), x (2, 6, 8)", 0.5,
                       module_inputs("MultiHeadAttention", (8, 2), (2, 6, 8), torch.float64), tol=F64,
@@ -1219,12 +1220,20 @@ def _locate_norm(call, *, name: str, rms: bool) -> str | None:
     generator = torch.Generator().manual_seed(3)
     xr = torch.randn(3, 8, generator=generator, dtype=torch.float64) * 2 + 0.5
     w, b = (torch.randn(8, generator=generator, dtype=torch.float64) for _ in range(2))
-    centred = xr if rms else xr - xr.mean(-1, keepdim=True)
-    # eps 1e-12: where eps goes (inside the root or not) changes nothing at this precision
-    want0 = (centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-12) * w + (0 if rms else b)).numpy()
-    got0 = _out(call(xr.clone(), *((w,) if rms else (w, b)), eps=1e-12))
-    if got0 is not None and got0.shape == want0.shape:
-        error = float(np.abs(got0 - want0).max() / np.abs(want0).max())
+    # eps 1e-12: where eps goes (inside the root or not) changes nothing at this precision; and on rows
+    # 1000 times as large too, where an eps other than the one given (a hard-coded 1e-5) fades away and
+    # float32's round-off stays
+    errors = []
+    for scale in (1.0, 1000.0):
+        xs = xr * scale
+        centred = xs if rms else xs - xs.mean(-1, keepdim=True)
+        want0 = (centred / torch.sqrt(centred.pow(2).mean(-1, keepdim=True) + 1e-12) * w + (0 if rms else b)).numpy()
+        got0 = _out(call(xs.clone(), *((w,) if rms else (w, b)), eps=1e-12))
+        if got0 is None or got0.shape != want0.shape:
+            break
+        errors.append(float(np.abs(got0 - want0).max() / np.abs(want0).max()))
+    if len(errors) == 2:
+        error = min(errors)
         if 1e-10 < error < 1e-4:
             return (f"the precision. On x (3, 8) in float64, your output is right only to about {error:.1g} of its "
                     "size, float32's rounding: something inside computes in float32 (a .float(), or a tensor made "
@@ -1273,6 +1282,10 @@ def _locate_norm(call, *, name: str, rms: bool) -> str | None:
                         return (f"the {'mean square' if rms else 'variance'}. On x = {_row(x[0])} your output is "
                                 f"{_row(got[0])}, the right one times {1 / ratio:.4g}: the "
                                 f"{'mean of x ** 2' if rms else 'variance'} was divided by {why}")
+                if abs(1 / ratio - 1) < 1e-3:  # a hair off: an eps where eps = 0 was given
+                    used = (1 / ratio) ** -2 * (5.0 if rms else 1.0) - (5.0 if rms else 1.0)
+                    return (f"eps. Called with eps=0 on x = {_row(x[0])}, yours divides as if eps were {used:.3g}: "
+                            f"use the `eps` you are given ({name}(x, ..., eps=eps)), not a number of your own")
                 right = "sqrt(mean(x ** 2) + eps)" if rms else "sqrt(variance + eps), the variance over the last axis"
                 return (f"the denominator. On x = {_row(x[0])} your output is {_row(got[0])}, the right one "
                         f"({_row(want[0])}) times {1 / ratio:.4g}: divide by {right}")

@@ -608,7 +608,8 @@ def locate_causal_self_attention(call) -> str | None:
             return (f"the batch axis: one sequence is right, but with x (2, 4, 5) the mask is still (n, n), n = "
                     f"x.shape[-2] = 4 (not x.shape[0]), and it must broadcast over the batch (np.where(mask, scores, "
                     f"-np.inf), not boolean indexing){told}")
-        return _located_scale(call, x, eye) or _located_scale_with_batch_axes(call, x, eye)
+        return (_located_scale(call, x, eye) or _located_scale_with_batch_axes(call, x, eye)
+                or _located_stability(call, x, eye))
     if np.allclose(got, np.full((n, n), 1 / n), atol=1e-9):
         return ("the mask: with every score equal, position t should average positions 0..t; yours averages all "
                 "of them, as if there were no mask")
@@ -654,6 +655,22 @@ def _located_scale(call, x, eye) -> str | None:
     return (f"the scale: x (4, 5) with W_q = W_k (5, 2) giving position 1 a score of {SCORE:g} on itself and 0 on "
             f"position 0: its weight on itself is {w:.4f}, which says the scores were divided by {read}; they are "
             f"divided by sqrt(d_k) = sqrt(2), d_k being the width of the keys (W_k.shape[-1]), giving {want:.4f}")
+
+
+def _located_stability(call, x, eye) -> str | None:
+    """Scores in the thousands (position 1 scores 2000 on itself, 0 on position 0): the weights are
+    [1, 0] there, unless exp overflows for want of each row's maximum subtracted first."""
+    n, d_model = x.shape
+    W = np.zeros((d_model, 2))
+    W[1, 0] = np.sqrt(2000.0 * np.sqrt(2))  # scaled by sqrt(d_k) = sqrt(2): a score of 2000
+    got = as_array(call(x, W, W, eye))
+    if got is None or got.shape != (n, d_model):
+        return None
+    if np.all(np.isfinite(got[1, :2])) and np.allclose(got[1, :2], [0.0, 1.0], atol=1e-9):
+        return None
+    return (f"the softmax's stability: position 1 scores 2000 on itself and 0 on position 0, so its weights are "
+            f"[0, 1]; yours are {np.round(got[1, :2], 3).tolist()}: exp(2000) overflows to inf (and inf / inf is "
+            "NaN) unless each row's largest score is subtracted before np.exp")
 
 
 def _located_scale_with_batch_axes(call, x, eye) -> str | None:

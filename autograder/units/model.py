@@ -213,9 +213,12 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
             return (f"counted {float(result)!r}: the right number, but a float, where a count is a Python int "
                     "(a true division `/` somewhere in the count makes every sum after it a float: divide with `//`, "
                     "or multiply before dividing)")
+        floated = isinstance(expected, int) and isinstance(result, float | np.floating)
         result = int(result) if float(result).is_integer() else float(result)
         if result != expected:
-            return f"counted {result:,}, expected {expected:,} (off by {result - expected:+,})"
+            return (f"counted {result:,}, expected {expected:,} (off by {result - expected:+,})"
+                    + (" (and it came back as a float, where a count is a Python int: a true division `/` "
+                       "somewhere? divide with `//`)" if floated else ""))
         return None
     if isinstance(expected, dict) and "tied" in expected:
         if not isinstance(result, dict) or result.get("tied") != expected["tied"]:

@@ -309,12 +309,18 @@ def diagnose_count(result, expected, inputs: Inputs, tol: Tolerance) -> str | No
         return f"expected a number, got {describe(result)}"
     if not np.isfinite(result):
         return f"the count is {result}"
+    floated = isinstance(result, float | np.floating) and isinstance(expected, int | np.integer)
+    if result == expected and floated:
+        return (f"counted {float(result)!r}: the right number, but a float, where the count is an integer (a true "
+                "division `/`, d_model / n_heads say, makes every product after it a float: divide with `//`)")
     if result == expected:
         return None
     n, d_model, n_heads = inputs.args
     problem = (f"for n={n}, d_model={d_model}, n_heads={n_heads} you counted {result:,.0f} FLOPs, "
                f"{result / expected:.3g} times the right count (list the matrix products one by one, "
                "with their shapes)")
+    if floated:
+        problem += " (and it came back as a float: divide with `//`, not `/`)"
     explanation = explain_flops_difference(result - expected, n, d_model, n_heads)
     return f"{problem}. Where it goes wrong: {explanation}" if explanation else problem
 
@@ -529,6 +535,9 @@ def locate_multi_head_attention(call) -> str | None:
         if np.allclose(got, want + x, atol=1e-9):
             return ("the output. With W_q = W_k = 0, causal=False and W_v = I, the output is mean(x) @ W_o; yours adds "
                     "x to it: the residual connection belongs to the block around the attention, not in it")
+        if np.allclose(got, 0, atol=1e-12):
+            return ("the values. With W_q = W_k = 0, causal=False and W_v = I the output is mean(x) @ W_o; yours is "
+                    "0 everywhere, as when the values are made with W_k (zero here) or W_q: the values are x @ W_v")
         if np.allclose(got, np.full((n, d_model), 1 / heads) @ perm, atol=1e-9):
             return (f"the softmax's axis. With every score equal each query's weight on each key is 1/{n}; yours are "
                     f"1/{heads} = 1/n_heads, as if normalised over the heads: normalise over the keys, the last axis")
@@ -785,7 +794,8 @@ MISCONCEPTIONS = (
     ),
     Misconception(
         "heads_transposed_for_one_sequence",
-        "heads moved with .transpose(1, 0, 2), which only fits one unbatched (n, d_model) sequence",
+        "heads split or merged for one unbatched (n, d_model) sequence only (a fixed .transpose(1, 0, 2), or a "
+        "reshape to (n, n_heads, d_head) that drops the batch axes)",
         "Name the two axes to swap from the end, so any number of batch axes works: np.swapaxes(x, -3, -2) "
         "after reshaping to (..., n, n_heads, d_head), and before the reshape in merge_heads.",
         {
@@ -927,9 +937,10 @@ MISCONCEPTIONS = (
     Misconception(
         "flops_no_weighted_values",
         "a count with half the n x n work: the product of the weights with V left out, or both n x n "
-        "products halved for the causal mask",
-        "Each head does two n x n products: the scores Q_h K_h^T, and then the weights times V_h. The "
-        "layer computes both in full and masks afterwards, so the causal mask does not halve them here.",
+        "products halved (for the causal mask, or counted at one FLOP per multiply-add)",
+        "Each head does two n x n products: the scores Q_h K_h^T, and then the weights times V_h, each 2 n^2 "
+        "d_head FLOPs (a multiply and an add per term). The layer computes both in full and masks afterwards, "
+        "so the causal mask does not halve them here.",
         {"attention_flops": flops_variant(lambda n, d, h: 8 * n * d * d + 2 * n * n * d)},
     ),
     Misconception(

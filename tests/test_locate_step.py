@@ -8,6 +8,7 @@ mistake, graded in a sandboxed worker, is told its step."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -1897,3 +1898,62 @@ def test_an_attention_with_a_mask_kept_for_64_positions_loses_the_long_sequence_
     failed = [r.name for r in grade_part(unit, "MultiHeadAttention", InProcessStudent(
         dict(vars(reference), MultiHeadAttention=Buffer64))) if not r.passed]
     assert failed == ["MultiHeadAttention/longer_than_d_model"], failed
+
+
+def test_more_slips_found_by_the_fresh_set_fresh29f_are_told_their_step():
+    """Each kept full marks, or was told another step, in the fresh set fresh29f (graded before these
+    were made): a softmax whose output keeps an integer input's dtype, a gelu with 1/sqrt(2) kept in
+    float32, an attention whose keys come from q_proj, a detector whose every copy redraws the last
+    row only."""
+    unit = UNITS["01_attention"]
+    namespace = reference_with(unit, """
+def softmax(x, axis=-1):
+    out = np.empty_like(x)
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    out[...] = e / e.sum(axis=axis, keepdims=True)
+    return out
+""")
+    failed = [r.name for r in grade_part(unit, "softmax", InProcessStudent(namespace)) if not r.passed]
+    assert failed == ["softmax/integers"], failed
+    where = located(unit, unit.part("softmax"), namespace)
+    assert where is not None and where.startswith("the output's dtype."), where
+
+    unit = UNITS["04_block"]
+    reference = load_reference(unit.name)
+    half = torch.tensor(1.0 / math.sqrt(2.0))  # float32, as torch.tensor makes it
+
+    def gelu(x):
+        return x * 0.5 * (1.0 + torch.erf(x * half))
+
+    failed = [r.name for r in grade_part(unit, "gelu", InProcessStudent(dict(vars(reference), gelu=gelu)))
+              if not r.passed]
+    assert failed == ["gelu/batched_float64"], failed
+
+    class KeysFromQueries(reference.MultiHeadAttention):
+        def forward(self, x):
+            k_proj = self.k_proj
+            self.k_proj = self.q_proj
+            try:
+                return super().forward(x)
+            finally:
+                self.k_proj = k_proj
+
+    where = located(unit, unit.part("MultiHeadAttention"), dict(vars(reference), MultiHeadAttention=KeysFromQueries))
+    assert where is not None and where.startswith("the keys."), where
+
+    unit = UNITS["02_masking"]
+    namespace = reference_with(unit, """
+def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(trials):
+        x = rng.normal(size=(n, d))
+        before = np.asarray(attn_fn(x))
+        for i in range(n - 1):
+            changed = x.copy()
+            changed[-1] = rng.normal(size=d)
+            if np.abs(np.asarray(attn_fn(changed))[: i + 1] - before[: i + 1]).max() > 1e-9:
+                return False
+    return True
+""")
+    where = located(unit, unit.part("looks_causal"), namespace)
+    assert where is not None and where.startswith("the rows you change.") and "the same row 5" in where, where

@@ -329,7 +329,7 @@ def names_set_earlier(student, outcome: Outcome) -> str:
     told, seen = [], set()
     for name in names_on(line):
         where = set_before(name, line)
-        if where and (name, where) not in seen:
+        if where and (name, where) not in seen and len(told) < 2:  # two, to leave room for one further back
             seen.add((name, where))
             told.append((name, where))
     for _name, where in sorted(told, key=lambda entry: -entry[1]):  # the nearest line's names first

@@ -48,7 +48,9 @@ def graded() -> Unit:
             "softmax",
             locate=locate_softmax,
             checks=(
-                Check("random_2d", "softmax of a random (4, 7) array", 1, softmax_inputs((4, 7))),
+                Check("random_2d", "softmax of a random (4, 7) array", 0.5, softmax_inputs((4, 7))),
+                Check("integers", "softmax of an integer array (3, 5): the probabilities are floats", 0.5,
+                      integer_softmax_inputs),
                 Check("axis_argument", "softmax along axis=1 of a (3, 4, 5) array", 0.5,
                       softmax_inputs((3, 4, 5), axis=1)),
                 # axis 0 of three: an axis moved to the end and swapped back (not moved back) shows only here
@@ -155,6 +157,10 @@ def softmax_inputs(shape, axis=None, scale=3.0):
         return Inputs((rng.normal(0.0, scale, shape),), kwargs)
 
     return make
+
+
+def integer_softmax_inputs(rng):
+    return Inputs((rng.integers(-3, 4, (3, 5)),))
 
 
 def large_softmax_inputs(rng):
@@ -285,6 +291,12 @@ def locate_softmax(call) -> str | None:
                 "come back in another order; whatever you move to compute along `axis`, move back to where it was "
                 "(np.moveaxis(result, -1, axis) undoes np.moveaxis(x, axis, -1); a swap or a transpose does not, "
                 "for three axes or more)")
+    ints = np.array([[0, 1, 2], [3, 3, 3]])
+    raw = call(ints.copy())
+    if isinstance(raw, np.ndarray) and raw.shape == ints.shape and np.issubdtype(raw.dtype, np.integer):
+        return (f"the output's dtype. On the integer array [[0, 1, 2], [3, 3, 3]] your output is {raw.dtype}, "
+                f"{raw.tolist()}: probabilities are floats; an output made with np.empty_like(x) or np.zeros_like(x) "
+                "keeps x's integer dtype (give it dtype=float, or start from np.asarray(x, dtype=float))")
     far = np.array([[0.0, 2000.0], [1000.0, 1000.0 + np.log(2)], [-1000.0, -1000.0 + np.log(2)]])
     want = np.array([[0.0, 1.0], [1 / 3, 2 / 3], [1 / 3, 2 / 3]])
     got = as_array(call(far.copy()))

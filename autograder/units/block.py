@@ -102,8 +102,10 @@ def graded() -> Unit:
                       oracle=gelu_oracle),
                 Check("large", "x up to +-80 (no overflow, no NaN)", 1, gelu_inputs(large=True), tol=F32,
                       oracle=gelu_oracle),
-                Check("batched_float64", "x (2, 3, 5) in float64", 1, gelu_inputs((2, 3, 5), torch.float64), tol=F64,
-                      oracle=gelu_oracle),
+                # float64 to float64's precision: a constant kept in float32 (1/sqrt(2) as 0.70710677) is off
+                # by about 1e-8 of the value, which F64's 1e-7 lets through
+                Check("batched_float64", "x (2, 3, 5) in float64, to float64's precision", 1,
+                      gelu_inputs((2, 3, 5), torch.float64), tol=Tolerance(rtol=1e-12, atol=1e-14), oracle=gelu_oracle),
                 Check("gradient", "the gradient of x", 1, with_upstream(gelu_inputs((3, 7), torch.float64)), tol=F64,
                       probe=grad_probe("gelu")),
                 _unchanged(gelu_inputs((3, 4))),
@@ -1590,6 +1592,17 @@ def locate_attention_module(api) -> str | None:
             return (f"the softmax's axis. {setting}; your weights' columns sum to 1, not their rows: each query's "
                     "weights over the keys (dim=-1) sum to 1")
         return located_mask(weights, mask, setting) or f"the mixing. {setting}; {_differs(got, want)}"
+    # Each projection on its own: with k_proj zero every key is 0 and every score equal, whatever q_proj
+    # is (and the other way round), unless the other projection stands in for it.
+    generator = torch.Generator().manual_seed(4)
+    for name, other in (("keys", "k_proj"), ("queries", "q_proj")):
+        alone = {**state, f"{'q_proj' if other == 'k_proj' else 'k_proj'}.weight":
+                 torch.randn(d, d, generator=generator, dtype=torch.float64) * 3}
+        got = _module_output(api, "MultiHeadAttention", ctor, alone, x)
+        want = _reference_output("MultiHeadAttention", ctor, alone, x)
+        if got is not None and got.shape == want.shape and _differs(got, want):
+            return (f"the {name}. With {other} zero every {name[:-1]} is 0, so every score is equal (whatever the "
+                    f"other projection is); yours are not: are the {name} {other}(x)?")
     # Head 0's queries all [2, 0, 0, 0] and only key 0 has [1, 0, 0, 0]: raw scores [2, 0, ..., 0].
     scaled = {**state, "q_proj.weight": state["q_proj.weight"].clone(), "k_proj.weight": state["k_proj.weight"].clone()}
     scaled["q_proj.weight"][0, :] = 2.0

@@ -842,6 +842,10 @@ def _calls_story(seen, n, d, trials, stopped: bool) -> str | None:
             return (f"the size of the change. {setting} your changes move the inputs by at most {size:.1g}: a "
                     "leak's effect on the outputs then shrinks towards round-off; give the positions after i "
                     "fresh random values (rng.normal)")
+        if len(changed) >= n - 1 and len(set(changed)) == 1:  # one copy per split, each the same change
+            return (f"the rows you change. {setting}, in trial {t + 1} your detector made {len(changed)} changed "
+                    f"copies of x, one per split i, but every one changed the same {_rows(changed[0])}: for the "
+                    "split after i, redraw the rows after i (x[i + 1:]), which differ from one i to the next")
         tried = sorted({min(rows) - 1 for rows in changed})
         if not last and tried != list(range(n - 1)):
             missing = sorted(set(range(n - 1)) - set(tried))

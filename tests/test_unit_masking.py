@@ -68,9 +68,10 @@ def test_reference_verdict_is_the_known_truth(ref, case):
 def test_verdict_does_not_hang_on_the_seed(ref, case):
     # A student's detector draws different random numbers: every leak must show up (and no
     # causal function may seem to leak) for any seed, even with a single trial.
-    # (Save the leak that opens only after one trial's calls: it is there to need every trial.)
+    # (Save the two leaks that open only in a second trial: they are there to need every trial.)
+    second_trial = case.name in ("leak_after_one_trial", "leak_on_a_new_input")
     for seed in range(30):
-        kwargs = {**case.kwargs, "seed": seed, "trials": 1 if case.name != "leak_after_one_trial" else 2}
+        kwargs = {**case.kwargs, "seed": seed, "trials": 2 if second_trial else 1}
         assert bool(ref.looks_causal(copy.deepcopy(case.fn), **kwargs)) == case.causal, (case.name, seed)
 
 
@@ -98,6 +99,18 @@ def test_the_oracles_really_do_what_their_names_say():
     ones = np.ones((8, 4))
     gated_ones = spec.leak_for_negative_inputs(ones) - spec._attend(ones, spec._lower(8), seed=5)[0]
     assert np.abs(gated_ones).max() == 0.0
+    # the squared leak: a change of sign after position 0 moves nothing; a change of size moves output 0
+    flipped = x.copy()
+    flipped[1:] = -flipped[1:]
+    assert np.abs(spec.squared_leak(flipped) - spec.squared_leak(x))[0].max() == 0.0
+    assert np.abs(spec.squared_leak(second) - spec.squared_leak(x))[0].max() > 1e-9
+    # the leak on a new input: causal on copies of its first x (position 0 kept), leaking on another x
+    fresh = spec.LeakOnNewInput()
+    assert np.abs(fresh(second) - fresh(x))[0].max() == 0.0
+    other = rng.normal(size=(8, 4))
+    changed = other.copy()
+    changed[1] = rng.normal(size=4)
+    assert np.abs(fresh(changed) - fresh(other))[0].max() > 1e-9
     # the leak after one trial: its first 8 calls (on n = 8) are causal attention, the next ones leak
     stateful = spec.LeakAfterOneTrial()
     first = [stateful(x), stateful(second)] + [stateful(x) for _ in range(6)]
@@ -408,5 +421,36 @@ def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
     exec(compile(source, "answer", "exec"), namespace)  # the course's own test code
     results = grade.grade_part(unit, "looks_causal", InProcessStudent(namespace))
     failed = {r.name: r.message for r in results if not r.passed}
-    assert list(failed) == ["looks_causal/leak_after_one_trial"], failed
+    # (one trial draws one x: the leak on a new input never opens for it either)
+    assert list(failed) == ["looks_causal/leak_after_one_trial", "looks_causal/leak_on_a_new_input"], failed
     assert "is a `return True` inside the loop over trials?" in failed["looks_causal/leak_after_one_trial"]
+
+
+@pytest.mark.parametrize("old, new, case", [
+    ("rng = np.random.default_rng(seed)\n    for _ in range(trials):",
+     "for _ in range(trials):\n        rng = np.random.default_rng(seed)", "leak_on_a_new_input"),
+    ("changed[i + 1:] = rng.normal(size=(n - 1 - i, d))", "changed[i + 1:] = -changed[i + 1:]", "squared_leak"),
+    ("> 1e-9", "> 1e-6", "faint_leak"),
+])
+def test_a_detector_that_reseeds_flips_signs_or_tolerates_1e6_loses_its_case(ref, unit, old, new, case):
+    """Each kept 20/20 in the fresh set fresh29f (graded before these cases were made)."""
+    source = '''
+def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
+    rng = np.random.default_rng(seed)
+    for _ in range(trials):
+        x = rng.normal(size=(n, d))
+        before = np.asarray(attn_fn(x.copy()))
+        for i in range(n - 1):
+            changed = x.copy()
+            changed[i + 1:] = rng.normal(size=(n - 1 - i, d))
+            if np.abs(np.asarray(attn_fn(changed))[: i + 1] - before[: i + 1]).max() > 1e-9:
+                return False
+    return True
+'''
+    namespace = namespace_with(ref)
+    exec(compile(source, "answer", "exec"), namespace)  # the course's own test code
+    assert all(r.passed for r in grade.grade_part(unit, "looks_causal", InProcessStudent(namespace)))
+    assert old in source
+    exec(compile(source.replace(old, new), "answer", "exec"), namespace)
+    failed = [r.name for r in grade.grade_part(unit, "looks_causal", InProcessStudent(namespace)) if not r.passed]
+    assert f"looks_causal/{case}" in failed, failed

@@ -460,6 +460,58 @@ class LeakAfterOneTrial:
                 "`return True` inside the loop over trials?)")
 
 
+class LeakOnNewInput:
+    """Causal while every input it sees keeps the first one's position 0 (the first trial's x and its
+    changed copies), leaking from the next position once an input with another position 0 comes (a
+    new trial's x): state again, so that only a detector that draws a new x for each trial sees it."""
+
+    causal_note = None
+
+    def __init__(self):
+        self.first = None
+
+    def __call__(self, x):
+        x = np.asarray(x, dtype=float)
+        if self.first is None:
+            self.first = x[..., :1, :].copy()
+        out, v = _attend(x, _lower(x.shape[-2]), seed=19)
+        if x[..., :1, :].shape != self.first.shape or not np.array_equal(x[..., :1, :], self.first):
+            out = out.copy()
+            out[..., :-1, :] += 0.5 * v[..., 1:, :]
+        return out
+
+    @staticmethod
+    def leak(n):
+        return ("this function leaks (position i + 1 into position i) only on an input other than the first it "
+                "sees: each trial draws a new x from the one generator made before the trials (seeding it again "
+                "inside the loop repeats the first x)")
+
+
+FAINT = 1e-7
+
+
+def faint_leak(x):
+    out, v = _attend(x, _lower(np.shape(x)[-2]), seed=20)
+    out = out.copy()
+    out[..., :-1, :] += FAINT * v[..., 1:, :]
+    return out
+
+
+def squared_leak(x):
+    x = np.asarray(x, dtype=float)
+    out, _ = _attend(x, _lower(x.shape[-2]), seed=21)
+    (W_sq,) = _matrices(x.shape[-1], seed=51, count=1)
+    out = out.copy()
+    out[..., :-1, :] += 0.5 * (x[..., 1:, :] ** 2) @ W_sq
+    return out
+
+
+_describe(faint_leak, leak=lambda n: f"this function puts a weight of {FAINT:g} on the next position: a billion "
+          "times float64's round-off, so a leak all the same (a tolerance of 1e-6 lets it through; use about 1e-9)")
+_describe(squared_leak, leak=lambda n: "the output at position i reads the square of position i + 1: a change of "
+          "sign there (x[i + 1:] = -x[i + 1:]) moves nothing; redraw the later positions at random")
+
+
 @dataclass(frozen=True)
 class OracleCase:
     name: str
@@ -476,11 +528,16 @@ ORACLE_CASES = (
                {"n": 12, "d": 6, "trials": 2}, True),
     OracleCase("full_attention", "attention with no mask at all", full_attention, {}, False),
     OracleCase("next_into_first", "a leak only from position 1 into position 0", next_into_first, {}, False),
-    OracleCase("tiny_leak", "a tiny leak: weight 0.001 on the next position", tiny_leak, {}, False),
+    OracleCase("tiny_leak", "a tiny leak: weight 0.001 on the next position", tiny_leak, {}, False, share=0.75),
+    OracleCase("faint_leak", "a faint leak: weight 1e-7 on the next position", faint_leak, {}, False, share=0.25),
     OracleCase("input_dependent_leak", "a leak that opens only for some inputs", leak_for_negative_inputs, {},
-               False, share=0.5),
+               False, share=0.25),
+    OracleCase("squared_leak", "a leak through the square of the next position (its sign changes nothing)",
+               squared_leak, {}, False, share=0.25),
     OracleCase("leak_after_one_trial", "a leak that opens only after one trial's calls (a function with state)",
-               LeakAfterOneTrial(), {}, False, share=0.5),
+               LeakAfterOneTrial(), {}, False, share=0.25),
+    OracleCase("leak_on_a_new_input", "a leak that opens only on an input other than the first (a function with "
+               "state)", LeakOnNewInput(), {}, False, share=0.25),
     OracleCase("roundoff", "a causal function with float round-off noise", causal_with_roundoff, {}, True),
     OracleCase("per_position_mlp", "a per-position MLP (no mixing between positions)", per_position_mlp, {}, True),
     OracleCase("last_into_second_last", "a leak only from the last position into the one before it",

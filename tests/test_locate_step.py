@@ -1897,3 +1897,35 @@ def test_an_attention_with_a_mask_kept_for_64_positions_loses_the_long_sequence_
     failed = [r.name for r in grade_part(unit, "MultiHeadAttention", InProcessStudent(
         dict(vars(reference), MultiHeadAttention=Buffer64))) if not r.passed]
     assert failed == ["MultiHeadAttention/longer_than_d_model"], failed
+
+
+NAIVE_ATTENTION = """
+import math
+import torch
+
+def naive_attention(q, k, v, causal=True):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        T = q.shape[-2]
+        s = s + torch.full((T, T), float("-inf"), dtype=q.dtype).triu(1)
+    return torch.softmax(s, dim=-1) @ v
+"""
+
+
+@pytest.mark.parametrize("old, new, step, told", [
+    (".triu(1)", ".triu(2)", "the mask's diagonal.", "key i + 1"),
+    (".triu(1)", ".triu(3)", "the mask's diagonal.", "keys i + 1 to i + 2"),
+    ("torch.softmax(s, dim=-1) @ v", "torch.softmax(s, dim=-1) * math.sqrt(q.shape[-1]) @ v",
+     "the scale's place.", "sum to sqrt(d)"),
+    ("torch.softmax(s, dim=-1) @ v", "torch.softmax(s * math.sqrt(q.shape[-1]), dim=-1) / math.sqrt(q.shape[-1]) @ v",
+     "the scale's place.", "1/sqrt(d)"),
+])
+def test_a_naive_attention_mask_offset_or_late_scale_is_told_its_step(old, new, step, told):
+    """The fresh set fresh29f's 07/04 (triu(2): the next key leaks) was blamed on the fill value, and
+    07/23 (the weights times 1/sqrt(d) after the softmax) on 'the output'."""
+    unit = UNITS["07_flash_training"]
+    part = unit.part("naive_attention")
+    assert located(unit, part, reference_with(unit, NAIVE_ATTENTION)) is None
+    assert old in NAIVE_ATTENTION
+    where = located(unit, part, reference_with(unit, NAIVE_ATTENTION.replace(old, new)))
+    assert where is not None and where.startswith(step) and told in where, where

@@ -455,6 +455,13 @@ def _locate_attention_step(call, flash: bool) -> str | None:
                         f"1/{last[1] - last[0]} each), as if each tile were the first: exp(m_old - m_new) is 0 on "
                         "every tile, which is so when m is never updated (it stays -inf): after each tile, m = m_new "
                         "(and the output and the running sum carry over, rescaled, not overwritten)")
+        if np.all(np.isfinite(weights)) and np.all(sums > 0) and np.allclose(sums, sums[0], rtol=1e-4) and close(
+                weights / sums[:, None], uniform) and abs(sums[0] - 1) > 1e-3:
+            where = (f"1/sqrt(d) = {1 / math.sqrt(d):.4g}" if abs(sums[0] * math.sqrt(d) - 1) < 1e-3 else
+                     f"sqrt(d) = {math.sqrt(d):.4g}" if abs(sums[0] / math.sqrt(d) - 1) < 1e-3 else f"{sums[0]:.4g}")
+            return (f"the scale's place. With every score equal (q = k = 0, no mask) each query's weights are 1/{T} "
+                    f"and sum to 1; yours are even but sum to {where} per row, so a factor multiplies the weights "
+                    "after the softmax (or the output): scale the scores, q k^T / sqrt(d), before the softmax")
         return (f"the output. With every score equal (q = k = 0, no mask) each query should spread its weight evenly, "
                 f"1/{T} over every key; yours gives rows like {shown(weights[0])}")
     rows = [0.5 * i for i in range(T)]  # raw scores: query i gives key 0 the score i / 2, every other key 0
@@ -516,6 +523,14 @@ def _locate_attention_step(call, flash: bool) -> str | None:
                     "leaves a row with no key at all: NaN): hide only the keys after the query, j > i"
                     + (", and keep the tile on the diagonal" if flash else ""))
         below = " (the tiles below the diagonal have no key to hide)" if flash else ""
+        for offset in range(1, T - 1):  # a mask that hides from j > i + offset on: the next key(s) leak
+            band = np.tril(np.ones((T, T), dtype=bool), offset)
+            if close(weights, band / band.sum(axis=-1, keepdims=True)):
+                seen = "key i + 1" if offset == 1 else f"keys i + 1 to i + {offset}"
+                return (f"the mask's diagonal. With every score equal and causal=True, query i should spread its "
+                        f"weight evenly over keys 0..i{below}; yours also gives {seen}, the future, its share "
+                        f"(query 0 spreads over keys 0..{offset}): the mask's offset is off by {offset}; hide every "
+                        "key j > i (torch.triu(..., diagonal=1), or tril(ones) == 0)")
         return located_mask(weights, mask, "With every score equal and causal=True, query i should spread its weight "
                             f"evenly over keys 0..i{below}")
     generator = torch.Generator().manual_seed(7)

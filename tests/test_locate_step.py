@@ -1692,6 +1692,12 @@ def test_a_timer_that_takes_the_middle_of_unsorted_calls_is_told_the_median():
     (("        opt.zero_grad()\n",
       "        opt = torch.optim.AdamW(model.parameters(), lr=lr)\n        opt.zero_grad()\n"),
      "one_optimizer", "An AdamW made anew at each step"),
+    # two optimizer steps per training step (the fresh set fresh29f's 07/24): kept full marks
+    (("        opt.step()\n", "        opt.step()\n        opt.step()\n"), "one_step",
+     "steps more than once per training step"),
+    # targets flattened transposed (07/25): told as a missing zero_grad, or the targets not the next bytes
+    (("rows[:, 1:].reshape(-1))", "rows[:, 1:].t().reshape(-1))"), "keeps_pace",
+     "paired position by position with the logits"),
 ])
 def test_a_trainer_that_ignores_lr_or_its_model_or_sums_the_loss_is_told_so(change, check, told):
     source = TRAINER.read_text()

@@ -143,7 +143,9 @@ def graded() -> Unit:
         Check(name, what, points, train_inputs(steps, seed), probe=train_probe(name), oracle=facet_oracle)
         for name, what, points, steps, seed in (
             ("losses", "returns one finite float per step (40 steps), which describe the model trained", 0.5, 40, 1),
-            ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 0.75, 40, 1),
+            ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 0.5, 40, 1),
+            ("one_step", "train(config, 1) takes one AdamW step: AdamW's first step moves each weight by at most lr "
+             "(3e-3)", 0.25, 1, 2),
             ("one_optimizer", "those 40 steps are taken by one AdamW, whose running averages carry over from step to "
              "step (a fresh AdamW moves every weight by lr, up or down, at each step)", 0.25, 40, 1),
             ("keeps_pace",
@@ -1037,13 +1039,20 @@ def _summed_loss(losses, start: dict, fields: dict) -> str | None:
 FRESH_SHARE = 0.6  # a fresh AdamW each step: nearly all moved weights; one AdamW: about one in ten (by chance)
 
 
+def _lr_moves(state: dict, inputs: Inputs, lr: float = 3e-3) -> torch.Tensor:
+    """How far each weight moved from the check's start, in units of lr."""
+    start = initial_state(inputs)
+    moves = [((state[name].double() - value.double()) / lr).abs().flatten()
+             for name, value in start.items() if isinstance(state.get(name), torch.Tensor)
+             and state[name].shape == value.shape]
+    return torch.cat(moves) if moves else torch.zeros(0, dtype=torch.float64)
+
+
 def _whole_lr_moves(state: dict, inputs: Inputs, lr: float = 3e-3) -> float:
     """The share of the weights that moved by over half of lr whose move is within 0.1 lr of an even
     multiple of lr: AdamW's first step moves each weight by lr (its update m / sqrt(v) is +-1), so an
     optimizer made anew at each step of an even number of steps leaves whole, even multiples."""
-    start = initial_state(inputs)
-    moves = torch.cat([((state[name].double() - value.double()) / lr).abs().flatten()
-                       for name, value in start.items() if name in state and state[name].shape == value.shape])
+    moves = _lr_moves(state, inputs, lr)
     moved = moves[moves > 0.5]
     if moved.numel() == 0:
         return 0.0
@@ -1090,6 +1099,14 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
                      f"number of times lr (3e-3), as when every step moves each weight by exactly lr, up or down: "
                      "what AdamW's first step does. An AdamW made anew at each step takes only first steps; create "
                      "the optimizer once, before the loop, so that its running averages carry over")
+    if which == "one_step":
+        moves = _lr_moves(state, inputs)
+        typical = float(moves[moves > 0.5].median()) if bool((moves > 0.5).any()) else 0.0
+        return facet(typical < 1.5, "extra_steps",
+                     f"after train(config, 1) the weights that moved have moved by {typical:.2f} times lr (the "
+                     "median), where one AdamW step moves each weight by at most lr (its first update m / sqrt(v) is "
+                     "+-1): the optimizer steps more than once per training step. Call optimizer.step() once per step, "
+                     "after loss.backward() (and leave lr as given)")
     if which == "decreases":
         why = ("is optimizer.step() called, on the model's parameters?" if grads_left else
                "after training the parameters hold no gradient: is optimizer.zero_grad() called between "
@@ -1102,8 +1119,11 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
         return facet(
             now["train"] - reference["train"] < KEEP_PACE, "no_learning" if dropped <= 0.5 else "slow",
             f"after {steps} steps from the same start, the model's training loss is {now['train']:.2f}; the "
-            f"reference's training reaches {reference['train']:.2f}. Each step should follow its own batch's gradient: "
-            "is optimizer.zero_grad() called before every loss.backward()?")
+            f"reference's training reaches {reference['train']:.2f}. " + (
+                f"On held-out text it predicts the next byte no better than counting bytes ({now['held']:.2f} nats; "
+                f"unigram: {baselines()['unigram']:.2f}): {PAIRING}" if now["held"] >= baselines()["unigram"] - 0.1
+                else "Each step should follow its own batch's gradient: is optimizer.zero_grad() called before every "
+                "loss.backward()?"))
     if which == "every_position":
         if not (isinstance(losses, list | tuple) and len(losses) == steps and all(
                 isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in losses)):
@@ -1137,8 +1157,13 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
                   f"one ({now['train']:.2f}): the targets leak the answer. The target of position t is the byte at "
                   "t + 1: inputs = window[:, :-1], targets = window[:, 1:]") if copies else
                  (f"after training, the model's held-out loss on the next byte is {now['held']:.2f} nats, no better "
-                  f"than counting bytes (unigram: {base['unigram']:.2f}): are the targets the next bytes, "
-                  "window[:, 1:]?"))
+                  f"than counting bytes (unigram: {base['unigram']:.2f}): {PAIRING}"))
+
+
+# what a model that learns no more than byte counts points at: targets not paired with their positions
+PAIRING = ("are the targets the next bytes, window[:, 1:], and paired position by position with the logits? Flatten "
+           "both in the same order, logits.reshape(-1, V) with targets.reshape(-1) (never targets.t() or another "
+           "axis order), or the loss pairs each position with a byte from elsewhere in the batch")
 
 
 # ---------------------------------------------------------------- comparing results

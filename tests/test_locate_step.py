@@ -1935,3 +1935,14 @@ def test_a_naive_attention_mask_offset_or_late_scale_is_told_its_step(old, new, 
     assert old in NAIVE_ATTENTION
     where = located(unit, part, reference_with(unit, NAIVE_ATTENTION.replace(old, new)))
     assert where is not None and where.startswith(step) and told in where, where
+
+
+def test_a_resumed_loop_that_does_not_restore_its_history_is_told_so():
+    """The fresh set fresh29f's 08/27 saved train_losses but never put them back: told only as a
+    resumed run that differs, with a checklist that asked to save what it already saved."""
+    old = '        train_losses, heldout_losses = list(kept["train"]), list(kept["heldout"])\n'
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    assert old in source
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], "train_loop", source.replace(old, ""))}
+    assert not results["train_loop/resume"].passed and "The history is not restored" in \
+        results["train_loop/resume"].message, {n: r.message for n, r in results.items() if not r.passed}

@@ -1693,6 +1693,12 @@ def test_a_timer_that_takes_the_middle_of_unsorted_calls_is_told_the_median():
     (("        opt.zero_grad()\n",
       "        opt = torch.optim.AdamW(model.parameters(), lr=lr)\n        opt.zero_grad()\n"),
      "one_optimizer", "An AdamW made anew at each step"),
+    # two optimizer steps per training step (the fresh set fresh29f's 07/24): kept full marks
+    (("        opt.step()\n", "        opt.step()\n        opt.step()\n"), "one_step",
+     "steps more than once per training step"),
+    # targets flattened transposed (07/25): told as a missing zero_grad, or the targets not the next bytes
+    (("rows[:, 1:].reshape(-1))", "rows[:, 1:].t().reshape(-1))"), "keeps_pace",
+     "paired position by position with the logits"),
 ])
 def test_a_trainer_that_ignores_lr_or_its_model_or_sums_the_loss_is_told_so(change, check, told):
     source = TRAINER.read_text()
@@ -1957,3 +1963,46 @@ def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
 """)
     where = located(unit, unit.part("looks_causal"), namespace)
     assert where is not None and where.startswith("the rows you change.") and "the same row 5" in where, where
+
+
+NAIVE_ATTENTION = """
+import math
+import torch
+
+def naive_attention(q, k, v, causal=True):
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        T = q.shape[-2]
+        s = s + torch.full((T, T), float("-inf"), dtype=q.dtype).triu(1)
+    return torch.softmax(s, dim=-1) @ v
+"""
+
+
+@pytest.mark.parametrize("old, new, step, told", [
+    (".triu(1)", ".triu(2)", "the mask's diagonal.", "key i + 1"),
+    (".triu(1)", ".triu(3)", "the mask's diagonal.", "keys i + 1 to i + 2"),
+    ("torch.softmax(s, dim=-1) @ v", "torch.softmax(s, dim=-1) * math.sqrt(q.shape[-1]) @ v",
+     "the scale's place.", "sum to sqrt(d)"),
+    ("torch.softmax(s, dim=-1) @ v", "torch.softmax(s * math.sqrt(q.shape[-1]), dim=-1) / math.sqrt(q.shape[-1]) @ v",
+     "the scale's place.", "1/sqrt(d)"),
+])
+def test_a_naive_attention_mask_offset_or_late_scale_is_told_its_step(old, new, step, told):
+    """The fresh set fresh29f's 07/04 (triu(2): the next key leaks) was blamed on the fill value, and
+    07/23 (the weights times 1/sqrt(d) after the softmax) on 'the output'."""
+    unit = UNITS["07_flash_training"]
+    part = unit.part("naive_attention")
+    assert located(unit, part, reference_with(unit, NAIVE_ATTENTION)) is None
+    assert old in NAIVE_ATTENTION
+    where = located(unit, part, reference_with(unit, NAIVE_ATTENTION.replace(old, new)))
+    assert where is not None and where.startswith(step) and told in where, where
+
+
+def test_a_resumed_loop_that_does_not_restore_its_history_is_told_so():
+    """The fresh set fresh29f's 08/27 saved train_losses but never put them back: told only as a
+    resumed run that differs, with a checklist that asked to save what it already saved."""
+    old = '        train_losses, heldout_losses = list(kept["train"]), list(kept["heldout"])\n'
+    source = (Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py").read_text()
+    assert old in source
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], "train_loop", source.replace(old, ""))}
+    assert not results["train_loop/resume"].passed and "The history is not restored" in \
+        results["train_loop/resume"].message, {n: r.message for n, r in results.items() if not r.passed}

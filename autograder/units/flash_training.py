@@ -143,7 +143,9 @@ def graded() -> Unit:
         Check(name, what, points, train_inputs(steps, seed), probe=train_probe(name), oracle=facet_oracle)
         for name, what, points, steps, seed in (
             ("losses", "returns one finite float per step (40 steps), which describe the model trained", 0.5, 40, 1),
-            ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 0.75, 40, 1),
+            ("decreases", "the model's training loss, measured by the grader, drops over those 40 steps", 0.5, 40, 1),
+            ("one_step", "train(config, 1) takes one AdamW step: AdamW's first step moves each weight by at most lr "
+             "(3e-3)", 0.25, 1, 2),
             ("one_optimizer", "those 40 steps are taken by one AdamW, whose running averages carry over from step to "
              "step (a fresh AdamW moves every weight by lr, up or down, at each step)", 0.25, 40, 1),
             ("keeps_pace",
@@ -455,6 +457,13 @@ def _locate_attention_step(call, flash: bool) -> str | None:
                         f"1/{last[1] - last[0]} each), as if each tile were the first: exp(m_old - m_new) is 0 on "
                         "every tile, which is so when m is never updated (it stays -inf): after each tile, m = m_new "
                         "(and the output and the running sum carry over, rescaled, not overwritten)")
+        if np.all(np.isfinite(weights)) and np.all(sums > 0) and np.allclose(sums, sums[0], rtol=1e-4) and close(
+                weights / sums[:, None], uniform) and abs(sums[0] - 1) > 1e-3:
+            where = (f"1/sqrt(d) = {1 / math.sqrt(d):.4g}" if abs(sums[0] * math.sqrt(d) - 1) < 1e-3 else
+                     f"sqrt(d) = {math.sqrt(d):.4g}" if abs(sums[0] / math.sqrt(d) - 1) < 1e-3 else f"{sums[0]:.4g}")
+            return (f"the scale's place. With every score equal (q = k = 0, no mask) each query's weights are 1/{T} "
+                    f"and sum to 1; yours are even but sum to {where} per row, so a factor multiplies the weights "
+                    "after the softmax (or the output): scale the scores, q k^T / sqrt(d), before the softmax")
         return (f"the output. With every score equal (q = k = 0, no mask) each query should spread its weight evenly, "
                 f"1/{T} over every key; yours gives rows like {shown(weights[0])}")
     rows = [0.5 * i for i in range(T)]  # raw scores: query i gives key 0 the score i / 2, every other key 0
@@ -516,6 +525,14 @@ def _locate_attention_step(call, flash: bool) -> str | None:
                     "leaves a row with no key at all: NaN): hide only the keys after the query, j > i"
                     + (", and keep the tile on the diagonal" if flash else ""))
         below = " (the tiles below the diagonal have no key to hide)" if flash else ""
+        for offset in range(1, T - 1):  # a mask that hides from j > i + offset on: the next key(s) leak
+            band = np.tril(np.ones((T, T), dtype=bool), offset)
+            if close(weights, band / band.sum(axis=-1, keepdims=True)):
+                seen = "key i + 1" if offset == 1 else f"keys i + 1 to i + {offset}"
+                return (f"the mask's diagonal. With every score equal and causal=True, query i should spread its "
+                        f"weight evenly over keys 0..i{below}; yours also gives {seen}, the future, its share "
+                        f"(query 0 spreads over keys 0..{offset}): the mask's offset is off by {offset}; hide every "
+                        "key j > i (torch.triu(..., diagonal=1), or tril(ones) == 0)")
         return located_mask(weights, mask, "With every score equal and causal=True, query i should spread its weight "
                             f"evenly over keys 0..i{below}")
     generator = torch.Generator().manual_seed(7)
@@ -1022,13 +1039,20 @@ def _summed_loss(losses, start: dict, fields: dict) -> str | None:
 FRESH_SHARE = 0.6  # a fresh AdamW each step: nearly all moved weights; one AdamW: about one in ten (by chance)
 
 
+def _lr_moves(state: dict, inputs: Inputs, lr: float = 3e-3) -> torch.Tensor:
+    """How far each weight moved from the check's start, in units of lr."""
+    start = initial_state(inputs)
+    moves = [((state[name].double() - value.double()) / lr).abs().flatten()
+             for name, value in start.items() if isinstance(state.get(name), torch.Tensor)
+             and state[name].shape == value.shape]
+    return torch.cat(moves) if moves else torch.zeros(0, dtype=torch.float64)
+
+
 def _whole_lr_moves(state: dict, inputs: Inputs, lr: float = 3e-3) -> float:
     """The share of the weights that moved by over half of lr whose move is within 0.1 lr of an even
     multiple of lr: AdamW's first step moves each weight by lr (its update m / sqrt(v) is +-1), so an
     optimizer made anew at each step of an even number of steps leaves whole, even multiples."""
-    start = initial_state(inputs)
-    moves = torch.cat([((state[name].double() - value.double()) / lr).abs().flatten()
-                       for name, value in start.items() if name in state and state[name].shape == value.shape])
+    moves = _lr_moves(state, inputs, lr)
     moved = moves[moves > 0.5]
     if moved.numel() == 0:
         return 0.0
@@ -1075,6 +1099,14 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
                      f"number of times lr (3e-3), as when every step moves each weight by exactly lr, up or down: "
                      "what AdamW's first step does. An AdamW made anew at each step takes only first steps; create "
                      "the optimizer once, before the loop, so that its running averages carry over")
+    if which == "one_step":
+        moves = _lr_moves(state, inputs)
+        typical = float(moves[moves > 0.5].median()) if bool((moves > 0.5).any()) else 0.0
+        return facet(typical < 1.5, "extra_steps",
+                     f"after train(config, 1) the weights that moved have moved by {typical:.2f} times lr (the "
+                     "median), where one AdamW step moves each weight by at most lr (its first update m / sqrt(v) is "
+                     "+-1): the optimizer steps more than once per training step. Call optimizer.step() once per step, "
+                     "after loss.backward() (and leave lr as given)")
     if which == "decreases":
         why = ("is optimizer.step() called, on the model's parameters?" if grads_left else
                "after training the parameters hold no gradient: is optimizer.zero_grad() called between "
@@ -1087,8 +1119,11 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
         return facet(
             now["train"] - reference["train"] < KEEP_PACE, "no_learning" if dropped <= 0.5 else "slow",
             f"after {steps} steps from the same start, the model's training loss is {now['train']:.2f}; the "
-            f"reference's training reaches {reference['train']:.2f}. Each step should follow its own batch's gradient: "
-            "is optimizer.zero_grad() called before every loss.backward()?")
+            f"reference's training reaches {reference['train']:.2f}. " + (
+                f"On held-out text it predicts the next byte no better than counting bytes ({now['held']:.2f} nats; "
+                f"unigram: {baselines()['unigram']:.2f}): {PAIRING}" if now["held"] >= baselines()["unigram"] - 0.1
+                else "Each step should follow its own batch's gradient: is optimizer.zero_grad() called before every "
+                "loss.backward()?"))
     if which == "every_position":
         if not (isinstance(losses, list | tuple) and len(losses) == steps and all(
                 isinstance(x, int | float) and not isinstance(x, bool) and math.isfinite(x) for x in losses)):
@@ -1122,8 +1157,13 @@ def train_facet(which: str, losses, state, inputs: Inputs, grads_left: bool = Tr
                   f"one ({now['train']:.2f}): the targets leak the answer. The target of position t is the byte at "
                   "t + 1: inputs = window[:, :-1], targets = window[:, 1:]") if copies else
                  (f"after training, the model's held-out loss on the next byte is {now['held']:.2f} nats, no better "
-                  f"than counting bytes (unigram: {base['unigram']:.2f}): are the targets the next bytes, "
-                  "window[:, 1:]?"))
+                  f"than counting bytes (unigram: {base['unigram']:.2f}): {PAIRING}"))
+
+
+# what a model that learns no more than byte counts points at: targets not paired with their positions
+PAIRING = ("are the targets the next bytes, window[:, 1:], and paired position by position with the logits? Flatten "
+           "both in the same order, logits.reshape(-1, V) with targets.reshape(-1) (never targets.t() or another "
+           "axis order), or the loss pairs each position with a byte from elsewhere in the batch")
 
 
 # ---------------------------------------------------------------- comparing results

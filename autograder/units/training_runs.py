@@ -848,6 +848,12 @@ def diagnose_loop(result, expected) -> str | None:
                        "too many")
                     + ". Save the number of steps done (done = step + 1) and start the resumed loop from the step "
                     "loaded: for step in range(step_loaded, total_steps)")
+        if result["differs"] and 0 < resumed_steps == straight_steps - STOP_AT:
+            return (f"a run stopped after step {STOP_AT} (stop_after, checkpoints every 6 steps) and resumed from "
+                    f"its checkpoint in a new process returned {resumed_steps} train_losses, where the run that never "
+                    f"stopped returned {straight_steps}: the losses of the first {STOP_AT} steps are missing. The "
+                    "history is not restored: save train_losses and heldout_losses in the checkpoint and put them back "
+                    "from the state load_checkpoint returns, then append to them")
         if result["differs"]:
             where = (f" (train_losses first differ at step {result['first'] + 1})" if result["first"] is not None
                      and result["first"] < min(result["lengths"]) else "")
@@ -1134,7 +1140,8 @@ MISCONCEPTIONS = (
                   "Read the config, never change it (config.resume_from = None, say): the caller may use it again. "
                   "Keep what changes in your own variables.",
                   {"train_loop": loop_with(clears_config=True)}),
-    Misconception("train_resume_loses_history", "a checkpoint without the loop's loss history",
+    Misconception("train_resume_loses_history", "a resumed run without the loop's loss history (not saved in "
+                  "the checkpoint, or not put back from it)",
                   "Save everything the loop keeps in **state (train_losses, heldout_losses, the best loss, step and "
                   "weights, the evaluations since the best), and take it back from load_checkpoint.",
                   {"train_loop": loop_with(history_saved=False)}),

@@ -177,10 +177,10 @@ UNIT_05_STEPS = {
     "GPT": {
         "gpt_no_positions": "the positions", "gpt_positions_from_one": "the positions",
         "gpt_no_final_norm": "the final norm", "gpt_returns_probabilities": "the output",
-        "gpt_one_block_repeated": "the blocks",
+        "gpt_one_block_repeated": "the blocks", "gpt_always_tied": "the weight tying",
         # a head of its own, a bias, a plain list of blocks: the same logits from the contract's weights
         # (the structure checks say so); a freshly built model's weights: the initialisation checks
-        **dict.fromkeys(("gpt_not_tied", "gpt_always_tied", "gpt_head_bias", "gpt_blocks_plain_list",
+        **dict.fromkeys(("gpt_not_tied", "gpt_head_bias", "gpt_blocks_plain_list",
                          "gpt_full_context_refused", "gpt_init_pytorch_defaults", "gpt_init_embeddings_default",
                          "gpt_init_pos_emb_default", "gpt_init_embeddings_only", "gpt_init_residual_not_scaled",
                          "gpt_init_biases_kept", "gpt_init_pos_emb_small", "gpt_init_xavier",
@@ -1897,3 +1897,43 @@ def test_an_attention_with_a_mask_kept_for_64_positions_loses_the_long_sequence_
     failed = [r.name for r in grade_part(unit, "MultiHeadAttention", InProcessStudent(
         dict(vars(reference), MultiHeadAttention=Buffer64))) if not r.passed]
     assert failed == ["MultiHeadAttention/longer_than_d_model"], failed
+
+
+@pytest.mark.parametrize("old, new, told", [
+    ("self.pos_emb(torch.arange(T, device=idx.device))",
+     "self.pos_emb(torch.arange(T, device=idx.device).repeat_interleave(idx.shape[0]).view(idx.shape[0], T))",
+     "the position ids for a batch. With every block silenced, one sequence alone gets the right logits, but in a "
+     "batch of 2 sequences of 8 tokens each row should read pos_emb rows [0, 1, 2, 3, 4, 5, 6, 7]; yours reads rows "
+     "[0, 0, 1, 1, 2, 2, 3, 3] for the first sequence and [4, 4, 5, 5, 6, 6, 7, 7] for the second"),
+    ("return self.lm_head(self.ln_f(x))", "return self.ln_f(x) @ self.token_emb.weight.T",
+     "the output layer. With tie_weights=False lm_head has a weight of its own (here loaded with other values than "
+     "token_emb's), and the logits are lm_head(ln_f(x)); yours are those of token_emb.weight (the tied table)"),
+])
+def test_a_gpt_right_for_one_tied_sequence_is_followed_to_a_batch_and_an_untied_head(old, new, told):
+    """Position ids right for one sequence but mixed across a batch, and logits taken from token_emb's table
+    in an untied model, got only 'the output differs' (the fresh set's 05/10 and 05/14): the locator now tries
+    a batch of two (finding the pos_emb row each logit read) and an untied model."""
+    source = CORRECT_GPT.read_text()
+    assert old in source
+    unit = UNITS["05_model"]
+    part = next(p for p in unit.parts if p.name == "GPT")
+    assert told in located(unit, part, reference_with(unit, source.replace(old, new)))
+
+
+@pytest.mark.parametrize("old, new, second", [
+    ("        out[..., :, i] = a * cos - b * sin\n        out[..., :, i + 1] = a * sin + b * cos",
+     "        x[..., :, i] = a * cos - b * sin\n        out[..., :, i + 1] = a * sin + b * cos\n"
+     "        out[..., :, i] = a", "b"),
+    ("        out[..., :, i] = a * cos - b * sin\n        out[..., :, i + 1] = a * sin + b * cos",
+     "        out[..., :, i + 1] = a * sin + b * cos\n        out[..., :, i] = a * cos - out[..., :, i + 1] * sin",
+     "a"),
+])
+def test_rope_making_one_column_of_a_pair_from_the_other_already_turned_is_located_there(old, new, second):
+    """rope writing the new even columns into x in place through views, so that the odd ones were made
+    from the turned even ones, was blamed on the frequencies (the fresh set's 05/22): it is now told."""
+    source = CORRECT_GPT.read_text()
+    assert old in source
+    unit = UNITS["05_model"]
+    part = next(p for p in unit.parts if p.name == "rope")
+    told = located(unit, part, reference_with(unit, source.replace(old, new)))
+    assert told.startswith("writing the rotated pairs.") and f"the new {second} is made from" in told, told

@@ -478,6 +478,17 @@ CACHED_SLIPS = {
     "the feed-forward given the stream, not ln2 of it": (
         ("x = x + block.ffn(block.ln2(x))", "x = x + block.ffn(x)"),
         "block 0's feed-forward. In the first forward step", "no call of `block.ln2`"),
+    # the fresh set fresh29f's 06/22: blamed on the attention residual
+    "the feed-forward normalised with ln1": (
+        ("x = x + block.ffn(block.ln2(x))", "x = x + block.ffn(block.ln1(x))"),
+        "block 0's feed-forward norm. In the first forward step", "it was given ln1(x + attn_out)"),
+    "the feed-forward given the attention's normalised copy": (
+        ("x = x + block.ffn(block.ln2(x))", "x = x + block.ffn(h)"),
+        "block 0's feed-forward norm. In the first forward step", "it was given ln1(x), the attention's own"),
+    # 06/25: a prompt counted as idx.numel(), told only by the student's own ValueError
+    "the limit counted on every token of the batch": (
+        ("if idx.shape[1] + max_new_tokens >", "if idx.numel() + max_new_tokens >"),
+        "the context-length check. A batch of 4 prompts of 3 tokens", "not on idx.numel() (B * T)"),
     "values stored where the keys go": (
         ("cache[i] = (k, v)", "cache[i] = (v, k)"),
         "block 0's attention. In the forward step at prompt position 1", "keys and values swapped"),
@@ -1557,6 +1568,10 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     ("torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]",
      "torch.topk(scaled.flatten(), top_k).values[-1]", {"top_k_one", "top_k_ties", "top_k_three", "top_k_beyond_vocab"},
      "a top-k threshold taken over the whole batch"),
+    # 06/23 (fresh29f): divided by the temperature before the test for 0, told only the ids
+    ("    if temperature == 0:\n        return logits.argmax(dim=-1)\n    scaled = logits / temperature\n",
+     "    scaled = logits / temperature\n    if temperature == 0:\n        return scaled.argmax(dim=-1)\n",
+     {"greedy", "greedy_float64"}, "these are the argmax of logits / 0"),
     # 06/09: the temperature left out where top_k is given
     ("kth = torch.topk(scaled,", "scaled = logits\n        kth = torch.topk(scaled,", {"top_k_three"},
      "the logits not divided by the temperature (0.8) on the path with top_k"),
@@ -1937,3 +1952,28 @@ def test_rope_making_one_column_of_a_pair_from_the_other_already_turned_is_locat
     part = next(p for p in unit.parts if p.name == "rope")
     told = located(unit, part, reference_with(unit, source.replace(old, new)))
     assert told.startswith("writing the rotated pairs.") and f"the new {second} is made from" in told, told
+
+
+@pytest.mark.parametrize("part_name, old, new", [
+    ("generate", "    try:\n        for _ in range(max_new_tokens):\n            logits = model(idx[:, -model.config"
+     ".context_length:])\n            idx = torch.cat((idx, sample_next(logits[:, -1], temperature, top_k, generator)"
+     ".unsqueeze(1)), 1)\n    finally:\n",
+     "    if True:\n        for _ in range(max_new_tokens):\n            logits = model(idx[:, -model.config"
+     ".context_length:])\n            idx = torch.cat((idx, sample_next(logits[:, -1], temperature, top_k, generator)"
+     ".unsqueeze(1)), 1)\n    if True:\n"),
+    ("generate_cached", "    try:\n        with torch.no_grad():\n            for position", "    if True:\n"
+     "        with torch.no_grad():\n            for position"),
+])
+def test_flags_restored_without_finally_are_caught_by_an_error_in_the_loop(part_name, old, new):
+    """Flags put back after the loop but not in a finally block kept full marks (the fresh set's 06/23):
+    a generator that is not one makes the draw raise inside the loop, and the flags are read afterwards."""
+    source = CORRECT_CACHED.read_text()
+    assert old in source
+    source = source.replace(old, new)
+    if part_name == "generate_cached":
+        head, tail = source.rsplit("    finally:\n", 1)  # the cached one's, the last
+        source = head + "    if True:\n" + tail
+    results = graded_in_worker(UNITS["06_generation"], part_name, source)
+    failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
+    assert set(failed) == {"restored_on_error"}, failed
+    assert "after an error inside the loop the model is left in eval mode" in failed["restored_on_error"], failed

@@ -1142,15 +1142,15 @@ def _locate_gpt_untied(api) -> str | None:
                "token_emb's), and the logits are lm_head(ln_f(x))")
     if got.shape == want.shape:
         table = _reference_logits(fields, {**state, "lm_head.weight": state["token_emb.weight"]}, idx)
-        for kept in ("lm_head.weight", "token_emb.weight"):
-            shared = {**state, "lm_head.weight": state[kept], "token_emb.weight": state[kept]}
-            if np.allclose(got, _reference_logits(fields, shared, idx), rtol=1e-4, atol=1e-5):
-                return ("the weight tying. With tie_weights=False token_emb and lm_head each have a weight of their "
-                        "own (here loaded with different values); yours share one table between them, so loading "
-                        "one overwrites the other: tie them only when config.tie_weights is True")
         if np.allclose(got, table, rtol=1e-4, atol=1e-5):
             return (f"the output layer. {setting}; yours are those of token_emb.weight (the tied table): compute "
                     "them with self.lm_head, which is token_emb's table only when tie_weights is True")
+        # loaded in the state's order, token_emb first: a table shared by both keeps lm_head's values
+        shared = {**state, "token_emb.weight": state["lm_head.weight"]}
+        if np.allclose(got, _reference_logits(fields, shared, idx), rtol=1e-4, atol=1e-5):
+            return ("the weight tying. With tie_weights=False token_emb and lm_head each have a weight of their "
+                    "own (here loaded with different values); yours share one table between them, so loading "
+                    "one overwrites the other: tie them only when config.tie_weights is True")
         return (f"the output layer. A tied model is right, but {setting[0].lower()}{setting[1:]}; yours differ by up "
                 f"to {float(np.abs(got - want).max()):.3g}")
     return f"the output layer. {setting}; yours are {what(got)}, though a tied model is right"

@@ -86,9 +86,13 @@ def graded() -> Unit:
         _tokens("generate", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 3, 0, temperature=1.0),
         _tokens("generate", "past_context", "a 13-token prompt and 7 new tokens in a 16-token context (keep the last "
                 "16 as input)", 1, SMALL, 2, 13, 7, temperature=0.9),
-        Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
+        Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 0.5,
               generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate"),
               oracle=leaves_model_oracle),
+        Check("restored_on_error", "an error that interrupts the loop (the draw raises: the generator handed over "
+              "is not a torch.Generator) leaves the model in training mode", 0.5,
+              generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=error_restores_probe("generate"),
+              oracle=error_restores_oracle),
         Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
               generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate", "eval"),
               oracle=keeps_eval_oracle),
@@ -118,9 +122,13 @@ def graded() -> Unit:
         Check("context_limit", "T + max_new_tokens > context_length raises a ValueError naming the limit", 1,
               generation_inputs(SMALL, 1, 10, 7, temperature=0), probe=limit_probe("generate_cached"),
               oracle=limit_error_oracle),
-        Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 1,
+        Check("leaves_model", "leaves the model in training mode, its weights and gradients untouched", 0.5,
               generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=leaves_model_probe("generate_cached"),
               oracle=leaves_model_oracle),
+        Check("restored_on_error", "an error that interrupts the loop (the draw raises: the generator handed over "
+              "is not a torch.Generator) leaves the model in training mode", 0.5,
+              generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=error_restores_probe("generate_cached"),
+              oracle=error_restores_oracle),
         Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
               generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate_cached", "eval"),
               oracle=keeps_eval_oracle),
@@ -477,6 +485,30 @@ def leaves_model_probe(name: str, mode: str = "train"):
     return probe
 
 
+def error_restores_probe(name: str):
+    """Start in training mode; the draw raises inside the loop (a generator that is not one): the flags must
+    be put back all the same (a finally block), whether or not the error is passed on."""
+
+    def probe(api, inputs: Inputs):
+        model = given_model(api, inputs, mode="train")
+        try:
+            run_generator(api, name, inputs, model, generator="not a torch.Generator")
+        except ProbeFailed:
+            pass
+        except Exception:  # noqa: BLE001, S110 - the reference or a variant raising, as it should
+            pass
+        flags = {path: bool(api.attr(model, f"{path}.training" if path else "training"))
+                 for path in ("", "blocks.0", "blocks.0.attn", "ln_f")}
+        return {"training": flags, "parameters_kept": True, "no_gradients": True, "after_error": True}
+
+    return probe
+
+
+def error_restores_oracle(inputs: Inputs):
+    return {"training": {"": True, "blocks.0": True, "blocks.0.attn": True, "ln_f": True},
+            "parameters_kept": True, "no_gradients": True, "after_error": True}
+
+
 def leaves_model_oracle(inputs: Inputs):
     return {"training": {"": True, "blocks.0": True, "blocks.0.attn": True, "ln_f": True},
             "parameters_kept": True, "no_gradients": True}
@@ -759,10 +791,26 @@ def diagnose_ids(result, expected, inputs: Inputs, prompt=None) -> str | None:
             return (f"every row gave id 0, where the largest logits sit at {expected[:4].tolist()}...: is it a "
                     "position within the top k (with top_k=1 always 0) rather than a token id? Map a drawn position "
                     "back to its id with the indices torch.topk returns (indices.gather(-1, choice))")
-        return f"row {row} gave id {int(result[row])}, expected {int(expected[row])}"
+        told = f"row {row} gave id {int(result[row])}, expected {int(expected[row])}"
+        return told + _greedy_reading(result, inputs)
     row, position = (int(v) for v in differ[0])
     return (f"new token {position - prompt.shape[1] + 1} of row {row} (position {position}) is "
             f"{int(result[row, position])}, the reference's is {int(expected[row, position])}")
+
+
+def _greedy_reading(result, inputs: Inputs) -> str:
+    """At temperature 0, ids that are the argmax of logits / 0: divided before the test for 0."""
+    logits = inputs.args[0] if inputs.args else None
+    if inputs.kwargs.get("temperature") != 0 or not isinstance(logits, torch.Tensor) or logits.ndim != 2:
+        return ""
+    with torch.no_grad():
+        divided = logits / 0.0
+        for read in (divided, torch.softmax(divided, dim=-1)):
+            if torch.equal(result.long(), read.argmax(dim=-1)):
+                return (": these are the argmax of logits / 0, where every positive logit becomes inf (the first "
+                        "of them wins) and 0 gives nan. Test temperature == 0 first and take the argmax of the "
+                        "logits themselves, before dividing by the temperature")
+    return ""
 
 
 def diagnose_left_alone(result, expected) -> str | None:
@@ -774,6 +822,10 @@ def diagnose_left_alone(result, expected) -> str | None:
         return (f"the model was in eval mode and is in training mode afterwards ({changed[0]}): put back the flags "
                 "you found (remember each module's `training` before calling model.eval()), rather than calling "
                 "model.train()")
+    if changed and expected.get("after_error"):
+        return (f"after an error inside the loop the model is left in eval mode ({changed[0]}): put every module's "
+                "training flag back in a finally block (try: ... finally: ...), so that they are restored even when "
+                "the generation raises")
     if changed:
         return (f"the model was in training mode and is not any more ({changed[0]}): if you call model.eval(), "
                 "put every module's training flag back afterwards (in a finally block)")
@@ -961,7 +1013,25 @@ def locate_cached(api) -> str | None:
                     "(or anything else) kept from one call to the next, in a global or a mutable default argument "
                     "(`cache={}`)? Start every call with an empty cache")
     prompt = torch.from_numpy(rng.integers(0, fields["vocab_size"], (2, 3)))
-    return sampled_departure(api, "generate_cached", fields, prompt, LOCATE_NEW)
+    return _batch_limit(api, fields, state) or sampled_departure(api, "generate_cached", fields, prompt, LOCATE_NEW)
+
+
+def _batch_limit(api, fields: dict, state: dict) -> str | None:
+    """A batch of 4 prompts of 3 tokens and 5 new ones: 8 positions in a context of 12, though 4 * 3 + 5
+    is more (a limit counted on idx.numel() raises)."""
+    batch = torch.arange(12).reshape(4, 3) % fields["vocab_size"]
+    model = api.remote_model(fields, state, trace_spec(fields["n_layers"]))
+    api.method(model, "eval", keep=True)
+    try:
+        api.call("generate_cached", model, batch, 5, temperature=0)
+    except ProbeFailed as failed:
+        if failed.outcome.error_type != "ValueError":
+            raise
+        return ("the context-length check. A batch of 4 prompts of 3 tokens with max_new_tokens=5 makes sequences "
+                f"of 3 + 5 = 8 tokens, within context_length {fields['context_length']}, yet yours raises "
+                "ValueError: the limit is on each sequence's length, idx.shape[1] + max_new_tokens, not on "
+                "idx.numel() (B * T), which grows with the batch")
+    return None
 
 
 def _same(got, want) -> bool:
@@ -1096,6 +1166,17 @@ def replay_cached(records, prompt, fields: dict) -> tuple[str, str] | None:
             x_mid = x + o
             ln2 = first(f"{name}.ln2")
             fc1 = first(f"{name}.ffn.fc1")
+            if ln2 is None and fc1 is not None:
+                normed = next((r for r in calls.get(f"{name}.ln1", [])[1:] if _same(fc1.get("input"), r.get("output"))),
+                              None)
+                if normed is not None or _same(fc1.get("input"), h):
+                    given = ("ln1(x + attn_out), the stream after the attention's update normalised by ln1"
+                             if normed is not None and _same(normed.get("input"), x_mid) else
+                             "ln1(x), the attention's own normalised copy" if normed is None else "ln1 of another "
+                             "tensor")
+                    return (f"block {layer}'s feed-forward norm, in {where}", f"`ffn` should be given ln2(x + "
+                            f"attn_out); it was given {given}: the grader saw no call of `block.ln2`. The "
+                            "feed-forward branch has a norm of its own, block.ln2")
             if ln2 is None and fc1 is not None and _same(fc1.get("input"), x_mid):
                 return (f"block {layer}'s feed-forward, in {where}", "`ffn` should be given ln2(x); it was given the "
                         "stream itself, x + attn_out: the grader saw no call of `block.ln2`")
@@ -1297,18 +1378,21 @@ def generate_with(first_position=False, no_crop=False, new_only=False, modes="re
         prompt_length = idx.shape[1]
         limit = model.config.context_length
         undo = modes_kept_as(model, modes)
-        with torch.no_grad():
-            for _ in range(max_new_tokens - 1 if one_short else max_new_tokens):
-                context = (idx if no_crop else idx[:, -1:] if last_token_only else idx[:, :limit] if keeps_front
-                           else idx[:, -limit:])
-                if crop_kept:  # the cropped sequence replaces the whole one
-                    idx = context
-                logits = model(context)[:, 0 if first_position else -1, :]
-                if double_temperature:  # divided here, and again in sample_next
-                    logits = logits / (temperature or 1.0)
-                next_id = reference.sample_next(logits.detach(), temperature, None if drop_top_k else top_k, generator)
-                idx = torch.cat([idx, next_id[:, None]], dim=1)
-        undo()
+        try:
+            with torch.no_grad():
+                for _ in range(max_new_tokens - 1 if one_short else max_new_tokens):
+                    context = (idx if no_crop else idx[:, -1:] if last_token_only else idx[:, :limit] if keeps_front
+                               else idx[:, -limit:])
+                    if crop_kept:  # the cropped sequence replaces the whole one
+                        idx = context
+                    logits = model(context)[:, 0 if first_position else -1, :]
+                    if double_temperature:  # divided here, and again in sample_next
+                        logits = logits / (temperature or 1.0)
+                    next_id = reference.sample_next(logits.detach(), temperature, None if drop_top_k else top_k,
+                                                    generator)
+                    idx = torch.cat([idx, next_id[:, None]], dim=1)
+        finally:
+            undo()
         return idx[:, prompt_length:] if new_only else idx
 
     return variant
@@ -1385,16 +1469,18 @@ def cached_with(restart_positions=False, not_appended=False, recompute=False, ca
                 return (scaled - torch.log(-torch.log(uniform))).argmax(dim=-1)
             return reference.sample_next(logits, temperature, None if drop_top_k else top_k, generator)
 
-        with torch.no_grad():
-            logits = forward(idx, 0)
-            out = idx
-            for step in range(max_new_tokens):
-                out = torch.cat([out, sample(logits)[:, None]], dim=1)
-                if step + 1 < max_new_tokens:
-                    logits = forward(out if recompute or whole_sequence else out[:, -1:],
-                                     0 if recompute or whole_sequence else out.shape[1] if one_ahead or slot_one_ahead
-                                     else T + step)
-        undo()
+        try:
+            with torch.no_grad():
+                logits = forward(idx, 0)
+                out = idx
+                for step in range(max_new_tokens):
+                    out = torch.cat([out, sample(logits)[:, None]], dim=1)
+                    if step + 1 < max_new_tokens:
+                        logits = forward(out if recompute or whole_sequence else out[:, -1:],
+                                         0 if recompute or whole_sequence else out.shape[1]
+                                         if one_ahead or slot_one_ahead else T + step)
+        finally:
+            undo()
         return out
 
     return variant

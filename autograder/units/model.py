@@ -963,6 +963,16 @@ def locate_rope(call) -> str | None:
     cosines, sines = got[0, 1, 0::2], got[0, 1, 1::2]
     want = RATES["2i / d"](pairs, d, 10000.0)
     if not (np.allclose(cosines, np.cos(want), atol=1e-6) and np.allclose(sines, np.sin(want), atol=1e-6)):
+        c, s = np.cos(want), np.sin(want)
+        for new_a, new_b, first, second in ((c, c * s, "a", "b"), (c - s * s, s, "b", "a")):
+            if np.allclose(cosines, new_a, atol=1e-6) and np.allclose(sines, new_b, atol=1e-6):
+                return ("writing the rotated pairs. A pair (a, b) turned by t is "
+                        "(a cos t - b sin t, a sin t + b cos t), both made from the old a and b; on "
+                        f"x = [1, 0, 1, 0, ...] at position 1 yours gives "
+                        f"{shown(cosines)}, {shown(sines)}: the new {second} is made from {first} already turned. Is "
+                        f"{first} written back (into x, or a view of it such as x[..., 0::2], or into the output) "
+                        f"before the new {second} is computed from it? Compute both from the old values, then write "
+                        "them into a new tensor (x itself must stay unchanged)")
         if np.allclose(cosines, np.cos(want), atol=1e-6) and np.allclose(sines, -np.sin(want), atol=1e-6):
             return ("the direction. A pair (a, b) turned by t is (a cos t - b sin t, a sin t + b cos t); at position 1 "
                     f"yours turns each pair by -t (its sines are {shown(sines)}, where {shown(np.sin(want))} is right)")
@@ -1084,7 +1094,66 @@ def locate_gpt(api) -> str | None:
                 f"{by}: the "
                 "stream goes through every block of self.blocks once, in order, each block's output the next one's "
                 "input (an nn.ModuleList of n_layers distinct TransformerBlocks)")
+    return _locate_gpt_batch(api, fields, state) or _locate_gpt_untied(api)
+
+
+def _locate_gpt_batch(api, fields: dict, state: dict) -> str | None:
+    """One sequence alone is right: a batch of two, each row read as it would be alone."""
+    batch = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6], [2, 7, 1, 8, 2, 8, 1, 8]])
+    B, T = batch.shape
+    for quiet in (True, False):
+        weights = _silenced_blocks(state) if quiet else state
+        got = as_array(api.forward(built_model(api, Inputs((batch,), {"fields": fields, "state": weights})), batch))
+        want = _reference_logits(fields, weights, batch)
+        if got is not None and np.allclose(got, want, rtol=1e-4, atol=1e-5):
+            continue
+        if got is None or got.shape != want.shape:
+            return (f"a batch. For idx (2, 8) with vocab_size 40 the logits are (2, 8, 40); yours are {what(got)}, "
+                    "though one sequence alone is right")
+        if quiet:  # each logit row is then lm_head(ln_f(token_emb[v] + pos_emb[p])): find the p it used
+            every = {v: _reference_logits(fields, weights, torch.full((1, fields["context_length"]), v))[0]
+                     for v in batch.unique().tolist()}
+            read = [[next((p for p, row in enumerate(every[int(batch[b, t])])
+                           if np.allclose(got[b, t], row, rtol=1e-4, atol=1e-5)), None) for t in range(T)]
+                    for b in range(B)]
+            if all(p is not None for row in read for p in row):
+                return ("the position ids for a batch. With every block silenced, one sequence alone gets the right "
+                        f"logits, but in a batch of 2 sequences of {T} tokens each row should read pos_emb rows "
+                        f"{list(range(T))}; yours reads rows {read[0]} for the first sequence and {read[1]} for the "
+                        "second: build torch.arange(T) once and let it broadcast over the batch (or expand it to "
+                        "(B, T)), without repeat, repeat_interleave or view mixing the two axes")
+        return ("a batch. One sequence alone gets the right logits, but in a batch of 2 sequences of 8 tokens yours "
+                f"differ by up to {float(np.abs(got - want).max()):.3g}"
+                + (" with every block silenced" if quiet else "") + ": each row of a batch should be computed as it "
+                "would be alone (its own tokens, positions torch.arange(T), nothing mixed across the batch axis)")
     return None
+
+
+def _locate_gpt_untied(api) -> str | None:
+    """A tied model is right: an untied one must use lm_head's own weight."""
+    fields = {**SMALL, "tie_weights": False}
+    state = _silenced_blocks(random_state(fields, 23))
+    idx = torch.tensor([[3, 1, 4, 1, 5, 9, 2, 6]])
+    got = as_array(api.forward(built_model(api, Inputs((idx,), {"fields": fields, "state": state})), idx))
+    want = _reference_logits(fields, state, idx)
+    if got is None or (got.shape == want.shape and np.allclose(got, want, rtol=1e-4, atol=1e-5)):
+        return None
+    setting = ("With tie_weights=False lm_head has a weight of its own (here loaded with other values than "
+               "token_emb's), and the logits are lm_head(ln_f(x))")
+    if got.shape == want.shape:
+        table = _reference_logits(fields, {**state, "lm_head.weight": state["token_emb.weight"]}, idx)
+        if np.allclose(got, table, rtol=1e-4, atol=1e-5):
+            return (f"the output layer. {setting}; yours are those of token_emb.weight (the tied table): compute "
+                    "them with self.lm_head, which is token_emb's table only when tie_weights is True")
+        # loaded in the state's order, token_emb first: a table shared by both keeps lm_head's values
+        shared = {**state, "token_emb.weight": state["lm_head.weight"]}
+        if np.allclose(got, _reference_logits(fields, shared, idx), rtol=1e-4, atol=1e-5):
+            return ("the weight tying. With tie_weights=False token_emb and lm_head each have a weight of their "
+                    "own (here loaded with different values); yours share one table between them, so loading "
+                    "one overwrites the other: tie them only when config.tie_weights is True")
+        return (f"the output layer. A tied model is right, but {setting[0].lower()}{setting[1:]}; yours differ by up "
+                f"to {float(np.abs(got - want).max()):.3g}")
+    return f"the output layer. {setting}; yours are {what(got)}, though a tied model is right"
 
 
 # ---------------------------------------------------------------- the wrong variants

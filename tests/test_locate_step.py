@@ -2086,3 +2086,17 @@ def test_flags_restored_without_finally_are_caught_by_an_error_in_the_loop(part_
     failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
     assert set(failed) == {"restored_on_error"}, failed
     assert "after an error inside the loop the model is left in eval mode" in failed["restored_on_error"], failed
+
+
+def test_a_softmax_reshaped_back_is_told_the_axes_order_without_contradiction():
+    """Told 'sums to 1 along axis 1, not axis 1' in the fresh set fresh29g (07): a result computed along
+    the last axis, then reshaped (not moved) back to x's shape."""
+    unit = UNITS["01_attention"]
+    namespace = reference_with(unit, """
+def softmax(x, axis=-1):
+    moved = np.moveaxis(np.asarray(x, dtype=float), axis, -1)
+    e = np.exp(moved - moved.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).reshape(np.shape(x))
+""")
+    where = located(unit, unit.part("softmax"), namespace)
+    assert where is not None and where.startswith("the axes' order.") and "reshaped" in where, where

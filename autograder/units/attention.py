@@ -277,11 +277,20 @@ def locate_softmax(call) -> str | None:
             return (f"the axis argument: with x of shape (2, 3, 2) and axis=1 it returned {what(got)}: keep the "
                     "summed axis (keepdims=True) so that the sum divides each slice along `axis`")
         sums = [ax for ax in range(3) if np.allclose(got.sum(axis=ax), 1.0, atol=1e-6)]
-        if sums:
+        reshaped = np.moveaxis(exact_softmax(x3, axis=1), 1, -1).reshape(x3.shape)
+        if close(got, reshaped):
+            return ("the axes' order. With x of shape (2, 3, 2) and axis=1 your output has the right shape, but its "
+                    "entries sit in other places: the result computed along the last axis was reshaped to x's shape "
+                    "(.reshape moves no axis); move the axis back instead (np.moveaxis(result, -1, axis))")
+        if sums and sums[0] != 1:
             return (f"the axis argument: with axis=1 your output sums to 1 along axis {sums[0]}, not axis 1: use "
                     "`axis` in both the maximum and the sum")
         if abs(float(got.sum()) - 1) < 1e-6:
             return "the axis argument: with axis=1 your output sums to 1 over the whole array, not along axis 1"
+        if 1 in sums:
+            return ("the axis argument: with axis=1 your output sums to 1 along axis 1, as it should, but holds other "
+                    "values than softmax along axis 1 (entries moved between slices, or the maximum taken along "
+                    "another axis than `axis`?)")
         return ("the axis argument: with axis=1 the output should sum to 1 along axis 1; yours sums to 1 along no "
                 "axis (is the maximum, or the sum, taken along another axis than `axis`?)")
     x0 = np.log(np.arange(1.0, 25.0).reshape(2, 3, 4))  # axis 0 of three distinct sizes

@@ -1573,8 +1573,9 @@ MISCONCEPTIONS = (
             reference.generate_cached(model, idx, n, **kw)[:, idx.shape[1]:]},
     ),
     Misconception(
-        "generate_leaves_eval", "a generator that switches the model to eval mode and leaves it there",
-        "Remember every module's training flag and restore it afterwards, in a finally block.",
+        "generate_leaves_eval", "a generator that switches the model to eval mode and leaves it there (the flags "
+        "never put back, or read only after model.eval(), so that what is put back is eval)",
+        "Read every module's training flag before model.eval(), and restore those afterwards, in a finally block.",
         {"generate": generate_with(modes="leaves_eval"), "generate_cached": cached_with(modes="leaves_eval")},
     ),
     Misconception(

@@ -92,7 +92,9 @@ def graded() -> Unit:
         Check("restored_on_error", "an error that interrupts the loop (the draw raises: the generator handed over "
               "is not a torch.Generator) leaves the model in training mode", 0.5,
               generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=error_restores_probe("generate"),
-              oracle=error_restores_oracle),
+              oracle=error_restores_oracle, requires=("leaves_model",),
+              requires_why="a function that raises before it starts (NotImplementedError) leaves every flag as it "
+              "was"),
         Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
               generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate", "eval"),
               oracle=keeps_eval_oracle),
@@ -128,7 +130,9 @@ def graded() -> Unit:
         Check("restored_on_error", "an error that interrupts the loop (the draw raises: the generator handed over "
               "is not a torch.Generator) leaves the model in training mode", 0.5,
               generation_inputs(SMALL, 1, 3, 4, temperature=1.0), probe=error_restores_probe("generate_cached"),
-              oracle=error_restores_oracle),
+              oracle=error_restores_oracle, requires=("leaves_model",),
+              requires_why="a function that raises before it starts (NotImplementedError) leaves every flag as it "
+              "was"),
         Check("keeps_eval_mode", "leaves a model handed over in eval mode in eval mode", 0.5,
               generation_inputs(SMALL, 1, 2, 2, temperature=0), probe=leaves_model_probe("generate_cached", "eval"),
               oracle=keeps_eval_oracle),

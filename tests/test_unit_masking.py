@@ -401,10 +401,8 @@ def test_tokens_reshaped_in_place_are_told_so(ref, unit):
         "next_token_pairs/inputs_unchanged"], failed
 
 
-def test_a_detector_that_returns_after_its_first_trial_loses_the_stateful_leak(ref, unit):
-    """Kept 20/20 (the fresh set fresh29e): a `return True` inside the loop over trials; every leak
-    of the other cases shows in one trial."""
-    source = '''
+# A plain correct detector, for the tests below to break one way at a time.
+DETECTOR = '''
 def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
     rng = np.random.default_rng(seed)
     for _ in range(trials):
@@ -415,8 +413,14 @@ def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
             changed[i + 1:] = rng.normal(size=(n - 1 - i, d))
             if np.abs(np.asarray(attn_fn(changed))[: i + 1] - before[: i + 1]).max() > 1e-9:
                 return False
-        return True
+    return True
 '''
+
+
+def test_a_detector_that_returns_after_its_first_trial_loses_the_stateful_leak(ref, unit):
+    """Kept 20/20 (the fresh set fresh29e): a `return True` inside the loop over trials; every leak
+    of the other cases shows in one trial."""
+    source = DETECTOR.replace("\n    return True", "\n        return True")  # inside the trial loop
     namespace = namespace_with(ref)
     exec(compile(source, "answer", "exec"), namespace)  # the course's own test code
     results = grade.grade_part(unit, "looks_causal", InProcessStudent(namespace))
@@ -434,19 +438,7 @@ def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
 ])
 def test_a_detector_that_reseeds_flips_signs_or_tolerates_1e6_loses_its_case(ref, unit, old, new, case):
     """Each kept 20/20 in the fresh set fresh29f (graded before these cases were made)."""
-    source = '''
-def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
-    rng = np.random.default_rng(seed)
-    for _ in range(trials):
-        x = rng.normal(size=(n, d))
-        before = np.asarray(attn_fn(x.copy()))
-        for i in range(n - 1):
-            changed = x.copy()
-            changed[i + 1:] = rng.normal(size=(n - 1 - i, d))
-            if np.abs(np.asarray(attn_fn(changed))[: i + 1] - before[: i + 1]).max() > 1e-9:
-                return False
-    return True
-'''
+    source = DETECTOR
     namespace = namespace_with(ref)
     exec(compile(source, "answer", "exec"), namespace)  # the course's own test code
     assert all(r.passed for r in grade.grade_part(unit, "looks_causal", InProcessStudent(namespace)))

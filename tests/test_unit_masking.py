@@ -355,14 +355,14 @@ def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
                 return False
     return True
 """
+EXACT = "np.allclose(after[: i + 1], before[: i + 1], rtol=0.0, atol=1e-9)"
 
 
 @pytest.mark.parametrize("case", sorted(DETECTOR_SLIPS))
 def test_each_new_oracle_case_catches_a_detector_the_others_pass(ref, unit, case):
     slip = DETECTOR_SLIPS[case]
     splits = {"ENDS_ONLY": "[0, n - 2]", "FROM_ONE": "range(1, n - 1)"}.get(slip, "range(n - 1)")
-    exact = "np.allclose(after[: i + 1], before[: i + 1], rtol=0.0, atol=1e-9)"
-    source = DETECTOR.replace("SPLITS", splits).replace("COMPARE", exact if slip in ("ENDS_ONLY", "FROM_ONE") else slip)
+    source = DETECTOR.replace("SPLITS", splits).replace("COMPARE", EXACT if slip in ("ENDS_ONLY", "FROM_ONE") else slip)
     namespace = dict(vars(ref))
     exec(compile(source, "detector", "exec"), namespace)  # the course's own test code, trusted
     failed = {r.name.split("/")[1] for r in grade_part(unit, "looks_causal", namespace) if not r.passed}
@@ -401,26 +401,14 @@ def test_tokens_reshaped_in_place_are_told_so(ref, unit):
         "next_token_pairs/inputs_unchanged"], failed
 
 
-# A plain correct detector, for the tests below to break one way at a time.
-DETECTOR = '''
-def looks_causal(attn_fn, n=8, d=4, trials=3, seed=0):
-    rng = np.random.default_rng(seed)
-    for _ in range(trials):
-        x = rng.normal(size=(n, d))
-        before = np.asarray(attn_fn(x.copy()))
-        for i in range(n - 1):
-            changed = x.copy()
-            changed[i + 1:] = rng.normal(size=(n - 1 - i, d))
-            if np.abs(np.asarray(attn_fn(changed))[: i + 1] - before[: i + 1]).max() > 1e-9:
-                return False
-    return True
-'''
+# The template above made plainly correct, for the tests below to break one way at a time.
+CORRECT_DETECTOR = DETECTOR.replace("SPLITS", "range(n - 1)").replace("COMPARE", EXACT)
 
 
 def test_a_detector_that_returns_after_its_first_trial_loses_the_stateful_leak(ref, unit):
     """Kept 20/20 (the fresh set fresh29e): a `return True` inside the loop over trials; every leak
     of the other cases shows in one trial."""
-    source = DETECTOR.replace("\n    return True", "\n        return True")  # inside the trial loop
+    source = CORRECT_DETECTOR.replace("\n    return True", "\n        return True")  # inside the trial loop
     namespace = namespace_with(ref)
     exec(compile(source, "answer", "exec"), namespace)  # the course's own test code
     results = grade.grade_part(unit, "looks_causal", InProcessStudent(namespace))
@@ -434,11 +422,11 @@ def test_a_detector_that_returns_after_its_first_trial_loses_the_stateful_leak(r
     ("rng = np.random.default_rng(seed)\n    for _ in range(trials):",
      "for _ in range(trials):\n        rng = np.random.default_rng(seed)", "leak_on_a_new_input"),
     ("changed[i + 1:] = rng.normal(size=(n - 1 - i, d))", "changed[i + 1:] = -changed[i + 1:]", "squared_leak"),
-    ("> 1e-9", "> 1e-6", "faint_leak"),
+    ("atol=1e-9", "atol=1e-6", "faint_leak"),
 ])
 def test_a_detector_that_reseeds_flips_signs_or_tolerates_1e6_loses_its_case(ref, unit, old, new, case):
     """Each kept 20/20 in the fresh set fresh29f (graded before these cases were made)."""
-    source = DETECTOR
+    source = CORRECT_DETECTOR
     namespace = namespace_with(ref)
     exec(compile(source, "answer", "exec"), namespace)  # the course's own test code
     assert all(r.passed for r in grade.grade_part(unit, "looks_causal", InProcessStudent(namespace)))

@@ -429,6 +429,16 @@ def locate_attention(call) -> str | None:
 def locate_self_attention(call) -> str | None:
     n = 5  # x (5, 5) = I, so d_model = 5; W_q, W_k (5, 2): d_k = 2; W_v = I: d_v = 5
     eye, zero, uniform = np.eye(n), np.zeros((n, 2)), np.full((n, n), 1 / n)
+    causal = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
+    try:  # W_v (5, 3): the output has 3 columns, where the weights have 5
+        narrow = as_array(call(eye, zero, zero, eye[:, :3]))
+    except StepFailed:
+        narrow = None
+    if narrow is not None and narrow.shape == (n, n) and np.allclose(narrow.sum(axis=-1), 1, atol=1e-6):
+        return (f"the output. With x (5, 5), W_q and W_k (5, 2) and W_v (5, 3) the output should be (5, 3), the "
+                f"weights times the values; yours is (5, 5) and its rows sum to 1: it is the attention weights (row 0: "
+                f"{shown(narrow[0])}). scaled_dot_product_attention returns the pair (out, weights): self_attention "
+                "returns its first item, out, of shape (..., n, d_v)")
     # x = I and W_v = I: V = I, so the output is the weight matrix. W_q = W_k = 0: equal scores.
     got = as_array(call(eye, zero, zero, eye))
     if got is not None and got.shape == (n, 2):
@@ -442,6 +452,14 @@ def locate_self_attention(call) -> str | None:
             return ("the output. With x and W_v the identity and W_q = W_k = 0, the output should be the (uniform) "
                     "weights, 0.2 everywhere; yours is that plus x: self_attention returns the attention's output "
                     "alone, with no residual (x + ...) added")
+        hidden = np.nan_to_num(got) < 1e-9
+        if hidden.any() and np.allclose(np.nan_to_num(got).sum(axis=-1), 1, atol=1e-6):
+            pattern = ("causal, row i 1 / (i + 1) on keys 0..i" if close(got, causal)
+                       else f"{shown(got)}, with {int(hidden.sum())} keys at weight 0")
+            return ("the mask. With no mask given (mask=None), x and W_v the identity and W_q = W_k = 0 (every score "
+                    f"equal), every query should weigh every key alike, 0.2 everywhere; your weights are {pattern}: "
+                    "a mask was applied though none was given. Apply one only when it is passed (if mask is not "
+                    "None), never a causal one by default")
         if close(got, np.zeros((n, n))):
             return ("the values. With x and W_v the identity and W_q = W_k = 0, the output should be the (uniform) "
                     "weights, 0.2 everywhere; yours is 0: the values are V = x @ W_v")
@@ -462,7 +480,30 @@ def locate_self_attention(call) -> str | None:
     mask = np.tril(np.ones((n, n), dtype=bool))
     got = as_array(call(eye, zero, zero, eye, mask=mask))
     return located_mask(got, mask, "With every score equal and a causal mask (x and W_v the identity, so the "
-                         "output is the weights), row i should be 1 / (i + 1) on keys 0..i")
+                        "output is the weights), row i should be 1 / (i + 1) on keys 0..i") or _located_batch(call)
+
+
+def _located_batch(call) -> str | None:
+    """A batch of two sequences that differ (x = I and x = 2 I, every score equal): each item's
+    output must be the one it gets alone (0.2 and 0.4 everywhere); a batch flattened into one long
+    sequence averages the values of both."""
+    n, zero, eye = 5, np.zeros((5, 2)), np.eye(5)
+    x = np.stack([eye, 2 * eye])
+    try:
+        got = as_array(call(x, zero, zero, eye))
+        alone = [as_array(call(item.copy(), zero, zero, eye)) for item in x]
+    except StepFailed:
+        return None
+    if got is None or got.shape != (2, n, n) or any(a is None or a.shape != (n, n) for a in alone):
+        return None
+    if close(got, np.stack(alone)):
+        return None
+    mixed = ", as if the two were one sequence of 10 tokens" if close(got, np.full((2, n, n), 0.3)) else ""
+    return ("the batch axes. With x (2, 5, 5), two sequences (x[0] = I and x[1] = 2 I, every score equal), each "
+            f"sequence alone gives {shown(alone[0][0])} and {shown(alone[1][0])} in every row, but in the batch "
+            f"yours gives {shown(got[0, 0])} and {shown(got[1, 0])}: each item reads the other's tokens{mixed}. "
+            "Each sequence attends only within itself: keep the batch axes in front (scores "
+            "Q @ np.swapaxes(K, -1, -2) of shape (..., n, n)), never reshape x into one long sequence")
 
 
 # ---------------------------------------------------------------- the wrong variants

@@ -2100,3 +2100,89 @@ def softmax(x, axis=-1):
 """)
     where = located(unit, unit.part("softmax"), namespace)
     assert where is not None and where.startswith("the axes' order.") and "reshaped" in where, where
+
+
+@pytest.mark.parametrize("source, step, words", [
+    ("""
+def self_attention(x, W_q, W_k, W_v, mask=None):
+    tokens = x.reshape(-1, x.shape[-1])
+    out, _ = scaled_dot_product_attention(tokens @ W_q, tokens @ W_k, tokens @ W_v, mask=mask)
+    return out.reshape(x.shape[:-1] + (W_v.shape[1],))
+""", "the batch axes.", "each item reads the other's tokens, as if the two were one sequence"),
+    ("""
+def self_attention(x, W_q, W_k, W_v, mask=None):
+    if mask is None:
+        mask = np.tril(np.ones((x.shape[-2], x.shape[-2]), dtype=bool))
+    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask=mask)[0]
+""", "the mask.", "your weights are causal, row i 1 / (i + 1) on keys 0..i: a mask was applied though none was given"),
+    ("""
+def self_attention(x, W_q, W_k, W_v, mask=None):
+    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask=mask)[1]
+""", "the output.", "it is the attention weights"),
+])
+def test_self_attention_slips_of_the_fresh_set_fresh29g_are_told_their_step(source, step, words):
+    """A batch flattened into one long sequence (22: generic), a causal mask applied when mask is None
+    (23: told as the values) and the weights returned in place of the output (25: only the shape) in
+    the fresh set fresh29g."""
+    unit = UNITS["01_attention"]
+    where = located(unit, unit.part("self_attention"), reference_with(unit, source))
+    assert where is not None and where.startswith(step) and words in where, where
+
+
+UNIT_02_CSA = """
+def causal_self_attention(x, W_q, W_k, W_v):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    n = x.shape[-2]
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    s = np.where(causal_mask(n), s, -np.inf)
+    w = np.exp(s - s.max(axis=-1, keepdims=True))
+    return (w / w.sum(axis=-1, keepdims=True)) @ v
+"""
+
+
+def test_causal_attention_whose_softmax_is_not_divided_is_told_the_normalisation():
+    """Told as the mask applied after the softmax in the fresh set fresh29g (02/13): exponentials never
+    divided by their sum, so that the rows of weights sum to 1, 2, 3, ..."""
+    unit = UNITS["02_masking"]
+    namespace = reference_with(unit, UNIT_02_CSA.replace("(w / w.sum(axis=-1, keepdims=True)) @ v", "w @ v"))
+    where = located(unit, unit.part("causal_self_attention"), namespace)
+    assert where is not None and where.startswith("the softmax's normalisation:"), where
+    assert "[1.0, 2.0, 3.0, 4.0]" in where, where
+
+
+def test_causal_attention_unscaled_and_sized_from_the_first_axis_is_told_both_steps():
+    """The fresh set fresh29g's 02/26: no scale and n = x.shape[0]; one sequence failed for the scale, but
+    only the batch axis was told."""
+    unit = UNITS["02_masking"]
+    source = UNIT_02_CSA.replace(" / np.sqrt(q.shape[-1])", "").replace("x.shape[-2]", "x.shape[0]")
+    where = located(unit, unit.part("causal_self_attention"), reference_with(unit, source))
+    assert where is not None and where.startswith("the batch axis:") and "the scale:" in where, where
+    assert "divided by 1 (no scale)" in where, where
+
+
+def test_a_detector_that_draws_new_rows_of_the_outputs_width_loses_the_wider_outputs_case():
+    """Kept 20/20 in the fresh set fresh29g (02/25): the new rows drawn with the output's width, never
+    tried on an attn_fn whose d_out is not d, which the contract allows."""
+    unit = UNITS["02_masking"]
+    source = (Path(__file__).parent / "submissions" / "02_masking" / "correct_loops.py").read_text()
+    old = "        out = np.asarray(attn_fn(x))\n"
+    new = old + "        width = out.shape[-1]\n"
+    assert old in source and "x2[j] = rng.standard_normal(d)" in source
+    source = source.replace(old, new).replace("x2[j] = rng.standard_normal(d)", "x2[j] = rng.standard_normal(width)")
+    results = graded_in_worker(unit, "looks_causal", source)
+    failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
+    assert set(failed) == {"wider_outputs"}, failed
+
+
+def test_causal_attention_over_a_flattened_batch_is_told_the_sequences_mix():
+    """A batch flattened into one long sequence (as the fresh set fresh29g's 01/22 did in unit 01) was
+    told to take n from x.shape[-2] and broadcast the mask, which it did."""
+    unit = UNITS["02_masking"]
+    namespace = reference_with(unit, """
+def causal_self_attention(x, W_q, W_k, W_v):
+    tokens = x.reshape(-1, x.shape[-1])
+    out = self_attention(tokens, W_q, W_k, W_v, mask=causal_mask(tokens.shape[0]))
+    return out.reshape(x.shape[:-1] + (W_v.shape[1],))
+""")
+    where = located(unit, unit.part("causal_self_attention"), namespace)
+    assert where is not None and where.startswith("the batch axis:") and "other sequence's tokens mixed in" in where

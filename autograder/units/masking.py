@@ -379,6 +379,18 @@ def first_token(x):
     return np.broadcast_to(v[..., :1, :], v.shape).copy()
 
 
+WIDER = 3  # the output's extra columns: d_out = d + 3
+
+
+def wider_outputs(x):
+    """Causal attention whose values are wider than x (d_out = d + 3), as attn_fn may be."""
+    x = np.asarray(x, dtype=float)
+    out, _ = _attend(x, _lower(x.shape[-2]), seed=22)
+    d = x.shape[-1]
+    W_wide = np.random.default_rng([23, d]).normal(0.0, d**-0.5, (d, d + WIDER))
+    return out @ W_wide
+
+
 BUILT_FOR = 10
 
 
@@ -408,6 +420,9 @@ _describe(previous_token, causal_note="each output reads only the previous posit
           "which is allowed: change only the inputs AFTER position i, never position i itself")
 _describe(first_token, causal_note="every output reads only position 0, which is allowed; changing position i "
           "itself (or position 0) is not a test of causality")
+_describe(wider_outputs, causal_note=f"this causal attention maps x (n, d) to outputs of d + {WIDER} columns, as "
+          "attn_fn may (its output is (n, d_out)): the new inputs drawn for positions after i have x's width d, "
+          "not the output's")
 _describe(full_attention, leak=lambda n: f"this is attention without a mask: position {n - 1} changes the output at "
           "position 0, and every later position changes every earlier one")
 _describe(next_into_first, leak=lambda n: "this function lets position 1 change the output at position 0, and "
@@ -525,7 +540,9 @@ class OracleCase:
 ORACLE_CASES = (
     OracleCase("causal_attention", "causal attention, default n, d and trials", causal_attention, {}, True),
     OracleCase("causal_attention_long", "causal attention with n=12, d=6, trials=2", causal_attention,
-               {"n": 12, "d": 6, "trials": 2}, True),
+               {"n": 12, "d": 6, "trials": 2}, True, share=0.75),
+    OracleCase("wider_outputs", f"causal attention whose output has d + {WIDER} columns (d_out is not d)",
+               wider_outputs, {}, True, share=0.25),
     OracleCase("full_attention", "attention with no mask at all", full_attention, {}, False),
     OracleCase("next_into_first", "a leak only from position 1 into position 0", next_into_first, {}, False),
     OracleCase("tiny_leak", "a tiny leak: weight 0.001 on the next position", tiny_leak, {}, False, share=0.75),
@@ -654,6 +671,18 @@ def locate_causal_self_attention(call) -> str | None:
         if not isinstance(batched, np.ndarray) or batched.shape != (2, n, d_model) or not np.allclose(
                 batched[..., :n], np.stack([want, 2 * want]), atol=1e-9):
             told = f" (it raised {batched})" if isinstance(batched, StepFailed) else ""
+            if isinstance(batched, np.ndarray) and batched.shape == (2, n, d_model):
+                # V = x: item b's columns 0..n-1 are its weights times b + 1; a weight on a column
+                # after t (or beyond n) can only come from the other item's tokens, as one sequence is right
+                outside = (np.abs(np.nan_to_num(batched[..., :n]))[:, want == 0] > 1e-9).any() or (
+                    np.abs(np.nan_to_num(batched[..., n:])) > 1e-9).any()
+                if outside:
+                    return ("the batch axis: one sequence is right, but with x (2, 4, 5), two sequences (x[0] the "
+                            "identity and x[1] twice it, every score equal), position t of a sequence reads more "
+                            f"than its own positions 0..t: row 0 of each gives {np.round(batched[0, 0], 3).tolist()} "
+                            f"and {np.round(batched[1, 0], 3).tolist()}, the other sequence's tokens mixed in. "
+                            "Each sequence attends only within itself: keep the batch axes in front (scores of "
+                            "shape (..., n, n), n = x.shape[-2]), never reshape x into one long sequence")
             if isinstance(batched, StepFailed):
                 try:  # a batch as long as the sequence: n read from either axis is 4 here
                     call(np.stack([x] * n), zero, zero, eye)
@@ -662,9 +691,11 @@ def locate_causal_self_attention(call) -> str | None:
                             f"and still does with a batch of 4: K.T reverses every axis of a batched K (2, 4, 2), "
                             "batch included; swap only the last two, np.swapaxes(K, -1, -2), so that the scores are "
                             "(2, 4, 4)")
+            scale = _located_scale(call, x, eye) or _located_stability(call, x, eye)
+            also = f". A second step is wrong as well, {scale}" if scale else ""
             return (f"the batch axis: one sequence is right, but with x (2, 4, 5) the mask is still (n, n), n = "
                     f"x.shape[-2] = 4 (not x.shape[0]), and it must broadcast over the batch (np.where(mask, scores, "
-                    f"-np.inf), not boolean indexing){told}")
+                    f"-np.inf), not boolean indexing){told}{also}")
         return (_located_scale(call, x, eye) or _located_scale_with_batch_axes(call, x, eye)
                 or _located_stability(call, x, eye))
     if np.allclose(got, np.full((n, n), 1 / n), atol=1e-9):
@@ -680,6 +711,13 @@ def locate_causal_self_attention(call) -> str | None:
         return (f"the softmax's axis: with every score equal, row t should be 1 / (t + 1) on 0..t; your columns sum "
                 f"to 1 and your rows to {np.round(weights.sum(axis=-1), 3).tolist()}: the softmax normalised over the "
                 "queries (axis -2 or 0); each query's weights over the keys, the last axis, should sum to 1")
+    sums = weights.sum(axis=-1)
+    if (not np.allclose(sums, 1, atol=1e-9) and not np.allclose(sums, np.arange(1, n + 1) / n, atol=1e-9)
+            and np.all(sums > 0) and np.allclose(weights / sums[:, None], want, atol=1e-9)):
+        return (f"the softmax's normalisation: with every score equal, row t should be 1 / (t + 1) on 0..t; yours "
+                f"hides the right positions and weighs the others alike, but its rows sum to "
+                f"{np.round(sums, 3).tolist()}, not 1: divide the exponentials by their sum along the keys (e / "
+                "e.sum(axis=-1, keepdims=True)), so that each row of weights sums to 1")
     if not np.allclose(np.nan_to_num(got).sum(axis=-1), 1, atol=1e-9):
         return ("the mask: with every score equal the rows should sum to 1 (1 / (t + 1) on 0..t); yours sum to "
                 f"{np.round(np.nan_to_num(got).sum(axis=-1), 3).tolist()}: hide the future in the scores (-inf) "

@@ -2119,11 +2119,20 @@ def self_attention(x, W_q, W_k, W_v, mask=None):
 def self_attention(x, W_q, W_k, W_v, mask=None):
     return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask=mask)[1]
 """, "the output.", "it is the attention weights"),
+    ("""
+def self_attention(x, W_q, W_k, W_v, mask=None):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    s = q @ np.swapaxes(k, -1, -2) / np.sqrt(q.shape[-1])
+    if mask is not None:
+        s = np.where(mask, s, -np.inf)
+    return np.exp(s - s.max(axis=-1, keepdims=True)) @ v
+""", "the softmax's normalisation.", "the weights are not divided by their sum"),
 ])
 def test_self_attention_slips_of_the_fresh_set_fresh29g_are_told_their_step(source, step, words):
     """A batch flattened into one long sequence (22: generic), a causal mask applied when mask is None
     (23: told as the values) and the weights returned in place of the output (25: only the shape) in
-    the fresh set fresh29g."""
+    the fresh set fresh29g; and, as its 02/13 in unit 02, exponentials never divided by their sum
+    (told as the values)."""
     unit = UNITS["01_attention"]
     where = located(unit, unit.part("self_attention"), reference_with(unit, source))
     assert where is not None and where.startswith(step) and words in where, where
@@ -2186,3 +2195,26 @@ def causal_self_attention(x, W_q, W_k, W_v):
 """)
     where = located(unit, unit.part("causal_self_attention"), namespace)
     assert where is not None and where.startswith("the batch axis:") and "other sequence's tokens mixed in" in where
+
+
+def test_causal_attention_that_returns_the_weights_is_told_the_output():
+    """As the fresh set fresh29g's 01/25 in unit 01: the weights returned in place of the output were
+    told as the batch axis here (the weights of x and 2 x are the same)."""
+    unit = UNITS["02_masking"]
+    namespace = reference_with(unit, """
+def causal_self_attention(x, W_q, W_k, W_v):
+    return scaled_dot_product_attention(x @ W_q, x @ W_k, x @ W_v, mask=causal_mask(x.shape[-2]))[1]
+""")
+    where = located(unit, unit.part("causal_self_attention"), namespace)
+    assert where is not None and where.startswith("the output:") and "it is the attention weights" in where, where
+
+
+def test_attention_with_a_default_causal_mask_is_told_the_mask():
+    """As the fresh set fresh29g's 01/23 in self_attention: a causal mask used when mask is None, in
+    scaled_dot_product_attention, was told as the batch axes."""
+    unit = UNITS["01_attention"]
+    namespace = reference_with(unit, UNIT_01_SDPA.replace(
+        "    if mask is not None:\n", "    if mask is None:\n        mask = np.tril(np.ones(scores.shape[-2:], "
+        "dtype=bool))\n    if mask is not None:\n"))
+    where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
+    assert where is not None and where.startswith("the mask.") and "though no mask was given" in where, where

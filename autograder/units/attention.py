@@ -375,6 +375,12 @@ def locate_attention(call) -> str | None:
     if close(weights, exact_softmax(scores)) and not close(out, weights @ V):
         return (f"the mix. The weights are right, but `out` is not weights @ V: for V = {shown(V)} it should be "
                 f"{shown(weights @ V)}; yours is {shown(out) if out is not None else describe(out)}")
+    _, weights = _pair(call(np.zeros((3, 2)), np.zeros((3, 2)), np.eye(3)))  # equal scores, no mask
+    if (weights is not None and weights.shape == (3, 3) and np.all(np.isfinite(weights))
+            and np.allclose(weights.sum(axis=-1), 1, atol=1e-6) and (weights < 1e-9).any()):
+        return (f"the mask. With every score equal and no mask given (mask=None), each query should weigh the 3 keys "
+                f"alike, 1/3 each; your weights are {shown(weights)}: keys were hidden though no mask was given. "
+                "Apply a mask only when one is passed (if mask is not None), never a default one")
     mask = np.tril(np.ones((3, 3), dtype=bool))
     out, weights = _pair(call(np.zeros((3, 2)), np.zeros((3, 2)), np.eye(3), mask=mask))
     where = located_mask(weights, mask, "With every score equal and a causal mask, query i should spread its "
@@ -460,6 +466,21 @@ def locate_self_attention(call) -> str | None:
                     f"equal), every query should weigh every key alike, 0.2 everywhere; your weights are {pattern}: "
                     "a mask was applied though none was given. Apply one only when it is passed (if mask is not "
                     "None), never a causal one by default")
+        level = float(np.mean(got))
+        if np.all(np.isfinite(got)) and level > 0 and close(got, np.full((n, n), level)):
+            lower = np.tril(np.ones((n, n), dtype=bool))
+            try:
+                masked = as_array(call(eye, zero, zero, eye, mask=lower))
+            except StepFailed:
+                masked = None
+            if masked is not None and masked.shape == (n, n) and masked[0, 0] > 0 and close(
+                    masked, lower * masked[0, 0]):
+                return ("the softmax's normalisation. With x and W_v the identity and W_q = W_k = 0 (every score "
+                        f"equal) the output is the weights, 0.2 everywhere; yours is {level:.3g} everywhere (rows "
+                        f"summing to {n * level:.3g}), and with a causal mask {masked[0, 0]:.3g} on every key a "
+                        "row may read, however many it reads: the weights are not divided by their sum. Divide "
+                        "the exponentials by their sum over the keys (e / e.sum(axis=-1, keepdims=True)), so "
+                        "that each row of weights sums to 1")
         if close(got, np.zeros((n, n))):
             return ("the values. With x and W_v the identity and W_q = W_k = 0, the output should be the (uniform) "
                     "weights, 0.2 everywhere; yours is 0: the values are V = x @ W_v")

@@ -658,6 +658,11 @@ def locate_causal_self_attention(call) -> str | None:
     if narrow is not None and narrow.shape == (n, d_model):
         return ("the values: with W_v of shape (5, 3) the output should have 3 columns, one per column of W_v; yours "
                 "has 5, x's width: the values are x @ W_v, not x itself")
+    if narrow is not None and narrow.shape == (n, n) and np.allclose(np.nan_to_num(narrow).sum(axis=-1), 1, atol=1e-6):
+        return (f"the output: x (4, 5) with W_v of shape (5, 3) gives (4, 3), the weights times the values; yours is "
+                f"(4, 4) and its rows sum to 1: it is the attention weights (row 1: "
+                f"{np.round(narrow[1], 3).tolist()}). scaled_dot_product_attention returns the pair (out, weights): "
+                "causal_self_attention returns out, of shape (..., n, d_v)")
     got = got[:, :n] if got is not None and got.shape == (n, d_model) else got
     want = np.tril(np.ones((n, n))) / np.arange(1, n + 1)[:, None]
     if got is None or got.shape != (n, n):

@@ -2161,12 +2161,12 @@ def test_causal_attention_whose_softmax_is_not_divided_is_told_the_normalisation
 
 def test_causal_attention_unscaled_and_sized_from_the_first_axis_is_told_both_steps():
     """The fresh set fresh29g's 02/26: no scale and n = x.shape[0]; one sequence failed for the scale, but
-    only the batch axis was told."""
+    only the batch axis was told. The scale, the first to go wrong (and all one sequence shows), is told first."""
     unit = UNITS["02_masking"]
     source = UNIT_02_CSA.replace(" / np.sqrt(q.shape[-1])", "").replace("x.shape[-2]", "x.shape[0]")
     where = located(unit, unit.part("causal_self_attention"), reference_with(unit, source))
-    assert where is not None and where.startswith("the batch axis:") and "the scale:" in where, where
-    assert "divided by 1 (no scale)" in where, where
+    assert where is not None and where.startswith("the scale:") and "divided by 1 (no scale)" in where, where
+    assert "A second step is wrong as well, the batch axis:" in where, where
 
 
 def test_a_detector_that_draws_new_rows_of_the_outputs_width_loses_the_wider_outputs_case():

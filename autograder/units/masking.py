@@ -675,32 +675,16 @@ def locate_causal_self_attention(call) -> str | None:
             batched = err
         if not isinstance(batched, np.ndarray) or batched.shape != (2, n, d_model) or not np.allclose(
                 batched[..., :n], np.stack([want, 2 * want]), atol=1e-9):
-            told = f" (it raised {batched})" if isinstance(batched, StepFailed) else ""
-            if isinstance(batched, np.ndarray) and batched.shape == (2, n, d_model):
-                # V = x: item b's columns 0..n-1 are its weights times b + 1; a weight on a column
-                # after t (or beyond n) can only come from the other item's tokens, as one sequence is right
-                outside = (np.abs(np.nan_to_num(batched[..., :n]))[:, want == 0] > 1e-9).any() or (
-                    np.abs(np.nan_to_num(batched[..., n:])) > 1e-9).any()
-                if outside:
-                    return ("the batch axis: one sequence is right, but with x (2, 4, 5), two sequences (x[0] the "
-                            "identity and x[1] twice it, every score equal), position t of a sequence reads more "
-                            f"than its own positions 0..t: row 0 of each gives {np.round(batched[0, 0], 3).tolist()} "
-                            f"and {np.round(batched[1, 0], 3).tolist()}, the other sequence's tokens mixed in. "
-                            "Each sequence attends only within itself: keep the batch axes in front (scores of "
-                            "shape (..., n, n), n = x.shape[-2]), never reshape x into one long sequence")
-            if isinstance(batched, StepFailed):
-                try:  # a batch as long as the sequence: n read from either axis is 4 here
-                    call(np.stack([x] * n), zero, zero, eye)
-                except StepFailed:  # fails all the same: not the mask's size, the scores' shapes
-                    return (f"the keys' transpose: one sequence is right, but with x (2, 4, 5) it raised {batched}, "
-                            f"and still does with a batch of 4: K.T reverses every axis of a batched K (2, 4, 2), "
-                            "batch included; swap only the last two, np.swapaxes(K, -1, -2), so that the scores are "
-                            "(2, 4, 4)")
-            scale = _located_scale(call, x, eye) or _located_stability(call, x, eye)
-            also = f". A second step is wrong as well, {scale}" if scale else ""
-            return (f"the batch axis: one sequence is right, but with x (2, 4, 5) the mask is still (n, n), n = "
-                    f"x.shape[-2] = 4 (not x.shape[0]), and it must broadcast over the batch (np.where(mask, scores, "
-                    f"-np.inf), not boolean indexing){told}{also}")
+            batch = _located_batch_axis(call, batched, x, zero, eye, want)
+            # equal scores hide the scale: a wrong one is the first step to go wrong, and the batch axis the second
+            try:
+                scale = _located_scale(call, x, eye) or _located_stability(call, x, eye)
+            except StepFailed:
+                scale = None
+            if scale:
+                batch = batch.replace("one sequence is right", "one sequence with every score equal is right")
+                return f"{scale}. A second step is wrong as well, {batch}"
+            return batch
         return (_located_scale(call, x, eye) or _located_scale_with_batch_axes(call, x, eye)
                 or _located_stability(call, x, eye))
     if np.allclose(got, np.full((n, n), 1 / n), atol=1e-9):
@@ -729,6 +713,36 @@ def locate_causal_self_attention(call) -> str | None:
                 "before the softmax, not in the weights after it")
     return (f"the mask: with every score equal, row t should be 1 / (t + 1) on positions 0..t; yours is "
             f"{np.round(got, 3).tolist()}")
+
+
+def _located_batch_axis(call, batched, x, zero, eye, want) -> str:
+    """One sequence is right with every score equal, but x (2, 4, 5) is not (`batched`: the output,
+    or the StepFailed it raised): which batch step, in words."""
+    n, d_model = x.shape
+    told = f" (it raised {batched})" if isinstance(batched, StepFailed) else ""
+    if isinstance(batched, np.ndarray) and batched.shape == (2, n, d_model):
+        # V = x: item b's columns 0..n-1 are its weights times b + 1; a weight on a column
+        # after t (or beyond n) can only come from the other item's tokens, as one sequence is right
+        outside = (np.abs(np.nan_to_num(batched[..., :n]))[:, want == 0] > 1e-9).any() or (
+            np.abs(np.nan_to_num(batched[..., n:])) > 1e-9).any()
+        if outside:
+            return ("the batch axis: one sequence is right, but with x (2, 4, 5), two sequences (x[0] the "
+                    "identity and x[1] twice it, every score equal), position t of a sequence reads more "
+                    f"than its own positions 0..t: row 0 of each gives {np.round(batched[0, 0], 3).tolist()} "
+                    f"and {np.round(batched[1, 0], 3).tolist()}, the other sequence's tokens mixed in. "
+                    "Each sequence attends only within itself: keep the batch axes in front (scores of "
+                    "shape (..., n, n), n = x.shape[-2]), never reshape x into one long sequence")
+    if isinstance(batched, StepFailed):
+        try:  # a batch as long as the sequence: n read from either axis is 4 here
+            call(np.stack([x] * n), zero, zero, eye)
+        except StepFailed:  # fails all the same: not the mask's size, the scores' shapes
+            return (f"the keys' transpose: one sequence is right, but with x (2, 4, 5) it raised {batched}, "
+                    f"and still does with a batch of 4: K.T reverses every axis of a batched K (2, 4, 2), "
+                    "batch included; swap only the last two, np.swapaxes(K, -1, -2), so that the scores are "
+                    "(2, 4, 4)")
+    return (f"the batch axis: one sequence is right, but with x (2, 4, 5) the mask is still (n, n), n = "
+            f"x.shape[-2] = 4 (not x.shape[0]), and it must broadcast over the batch (np.where(mask, scores, "
+            f"-np.inf), not boolean indexing){told}")
 
 
 SCORE = 2.0  # position 1's query and key: (sqrt 2, 0), so its score with itself is 2 and with position 0, 0

@@ -2171,7 +2171,7 @@ def test_causal_attention_unscaled_and_sized_from_the_first_axis_is_told_both_st
 
 def test_a_detector_that_draws_new_rows_of_the_outputs_width_loses_the_wider_outputs_case():
     """Kept 20/20 in the fresh set fresh29g (02/25): the new rows drawn with the output's width, never
-    tried on an attn_fn whose d_out is not d, which the contract allows."""
+    tried on an attn_fn whose d_out is not d, which the contract allows; the locator tells the width."""
     unit = UNITS["02_masking"]
     source = (Path(__file__).parent / "submissions" / "02_masking" / "correct_loops.py").read_text()
     old = "        out = np.asarray(attn_fn(x))\n"
@@ -2181,6 +2181,7 @@ def test_a_detector_that_draws_new_rows_of_the_outputs_width_loses_the_wider_out
     results = graded_in_worker(unit, "looks_causal", source)
     failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
     assert set(failed) == {"wider_outputs"}, failed
+    assert "Where it goes wrong: the width of the new inputs." in failed["wider_outputs"], failed
 
 
 def test_causal_attention_over_a_flattened_batch_is_told_the_sequences_mix():

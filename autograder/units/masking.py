@@ -997,6 +997,15 @@ def locate_looks_causal(call) -> str | None:
         return (f"the comparison. {setting}, yet it finds a leak in causal attention (after its call "
                 f"{len(seen)}): compare outputs 0..i only (out[:i + 1]) with the same rows of the output for x, with "
                 "a tolerance for round-off only (atol about 1e-9)")
+    try:
+        wide = call(wider_outputs, **DETECTOR_SETTING)
+    except StepFailed as err:
+        wide = err
+    if wide is not True and wide is not np.True_:
+        told = f"raised {wide}" if isinstance(wide, StepFailed) else f"answered {describe(wide)}"
+        return (f"the width of the new inputs. {setting}, but given causal attention whose output has d + {WIDER} "
+                f"columns (attn_fn maps x (n, d) to (n, d_out), and d_out may differ from d) it {told}: the inputs "
+                "drawn for the positions after i have x's width d (x.shape[-1]), whatever the output's width")
     caught = {fn.__name__: call(fn, **DETECTOR_SETTING) in (False, np.False_)
               for fn in (next_into_first, last_into_second_last, leak_from_next, faint_leak, causal_with_roundoff)}
     if caught.pop("causal_with_roundoff"):

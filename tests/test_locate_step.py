@@ -407,6 +407,34 @@ def test_two_slips_that_no_name_explains_are_both_located():
     assert "Where it goes wrong: the default eps." in told and "Also: the weight and bias." in told, told
 
 
+SWAPPED_LAYER_NORM = """
+import torch
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * bias + weight
+"""
+
+
+@pytest.mark.parametrize("change, told", [
+    (("eps=1e-5", "eps=1e-6"), "the default eps."),  # the fresh set fresh29g's 04/32
+    (("torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)"), "eps."),
+    (("eps=1e-5", "eps=1e-5"), None),  # the swap alone: that step only
+])
+def test_a_swapped_weight_and_bias_does_not_hide_a_second_slip_in_layer_norm(change, told):
+    """Weight and bias swapped gave 1 everywhere on the locator's rows, and it stopped there: a default
+    eps of 1e-6 behind it was never told (the fresh set). With weight and bias both 1 a swap computes
+    what the right order does, so the later steps are tried that way, and both slips are told."""
+    unit = UNITS["04_block"]
+    where = located(unit, unit.part("layer_norm"), reference_with(unit, SWAPPED_LAYER_NORM.replace(*change)))
+    swap = "the weight and bias. On a row that normalises to [-1, 1, -1, 1]"
+    if told is None:
+        assert where is not None and where.startswith("the weight and bias.") and "Also" not in where, where
+    else:
+        assert where is not None and where.startswith(told) and f"Also: {swap}" in where, where
+
+
 GLOBAL_MAX_CROSS_ENTROPY = """
 import torch
 

@@ -1210,9 +1210,11 @@ def _locate_norm(call, *, name: str, rms: bool) -> str | None:
     eps, weight), each shown alone by a row built for it."""
     ones, zeros = _t([1.0] * 4), _t([0.0] * 4)
     affine = (ones,) if rms else (ones, zeros)
+    shift = 0.0  # what `affine` adds to the output: 1 once a swapped weight and bias are found (see step 2)
 
     def run(x, *params, **kwargs):
-        return _out(call(_t(x), *(params or affine), **kwargs))
+        got = _out(call(_t(x), *(params or affine), **kwargs))
+        return got - shift if got is not None and not params else got
 
     def close(got, want):
         return got is not None and got.shape == np.shape(want) and np.allclose(got, want, rtol=1e-6, atol=1e-9)
@@ -1257,10 +1259,16 @@ def _locate_norm(call, *, name: str, rms: bool) -> str | None:
     got = run(x, eps=0.0)
     if got is None or got.shape != want.shape:
         return f"the output. `{name}` of x (1, 4) should have x's shape; yours returned {describe(got)}"
-    if not close(got, want):
-        if not rms and close(got, np.ones((1, 4))):
+    if not rms and not close(got, want) and close(got, np.ones((1, 4))):
+        # 1 everywhere with weight 1 and bias 0: swapped. With weight and bias both 1 a swap gives what the
+        # right order does, so the steps below (eps, the default eps) are tried that way: a second mistake
+        # behind the swap is told as well, and the swap by the weight-and-bias step.
+        if close(_out(call(_t(x), ones, ones, eps=0.0)), want + 1.0):
+            affine, shift, got = (ones, ones), 1.0, want
+        else:
             return ("the weight and bias. With weight 1 and bias 0 your output is 1 everywhere: the two are swapped "
                     "(normalised * weight + bias)")
+    if not close(got, want):
         if not rms and close(got, np.array(x)):
             return ("the centring. On x = [1, 3, 1, 3] (mean 2, variance 1) your layer_norm returns x / 1: it divides "
                     "by the standard deviation but never subtracts the mean")

@@ -805,6 +805,69 @@ def test_a_block_whose_second_layernorm_is_its_first_is_told_so():
     assert where is not None and where.startswith("the second LayerNorm."), where
 
 
+BLOCK_WITH_ITS_OWN_NORM = """
+import torch
+from torch import nn
+
+
+class LN(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return layer_norm(x, self.weight, self.bias, self.eps)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff=None):
+        super().__init__()
+        self.ln1 = LN(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ln2 = LN(d_model)
+        self.ffn = FeedForward(d_model, d_ff)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffn(self.ln2(x))
+"""
+
+
+@pytest.mark.parametrize("change, told", [
+    (("self.weight, self.bias,", "self.weight, torch.zeros_like(self.bias),"), "without adding the bias"),
+    (("self.weight, self.bias,", "torch.ones_like(self.weight), self.bias,"), "without multiplying by the weight"),
+    (("self.weight, self.bias,", "self.bias, self.weight,"), "the weight and bias swapped"),
+    (("self.weight, self.bias, self.eps)", "self.weight, self.bias, self.eps) * 1.5"), "differs from a LayerNorm"),
+    (("self.eps = eps", "self.eps = 1e-6"), None),  # an eps of its own: the eps step's, as before
+    (("self.eps = eps", "self.eps = eps"), ""),  # right: located nowhere
+])
+def test_a_block_whose_own_layernorm_module_departs_is_told_the_norm(change, told):
+    """A block with a LayerNorm module of the student's own that drops its bias was told as the
+    attention sublayer, the first to use it (the fresh set fresh29g's 04/26): ln1 and ln2 are now
+    called on their own, and what they return is said."""
+    unit = UNITS["04_block"]
+    where = located(unit, unit.part("TransformerBlock"),
+                    reference_with(unit, BLOCK_WITH_ITS_OWN_NORM.replace(*change)))
+    if told is None:
+        assert where is not None and where.startswith("the norms' eps."), where
+    elif not told:
+        assert where is None, where
+    else:
+        assert where is not None and where.startswith("the norms. ") and told in where, where
+
+
+def test_a_block_whose_own_layernorm_drops_its_bias_is_told_so_in_a_worker():
+    # the contract's other names, each stood in for by the grader's while the block is graded
+    source = ("def layer_norm(x, weight, bias, eps=1e-5):\n    raise NotImplementedError\n\n\n"
+              "MultiHeadAttention = FeedForward = layer_norm\n"
+              + BLOCK_WITH_ITS_OWN_NORM.replace("self.weight, self.bias,", "self.weight, torch.zeros_like(self.bias),"))
+    results = graded_in_worker(UNITS["04_block"], "TransformerBlock", source)
+    told = [r.message for r in results if "Where it goes wrong" in r.message]
+    assert told and "Where it goes wrong: the norms. " in told[0] and "without adding the bias" in told[0], told
+
+
 @pytest.mark.parametrize("chain, step", [("ln_f first", "the final norm's place."), ("reversed", "the blocks' order."),
                                          ("last block only", "the blocks.")])
 def test_a_gpt_whose_stream_goes_another_way_is_told_how(chain, step):

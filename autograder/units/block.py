@@ -1699,6 +1699,46 @@ def locate_feed_forward(api) -> str | None:
     return None
 
 
+def _norms_alone(api, ctor: tuple, state: dict, x) -> str | None:
+    """ln1 and ln2 called on their own (the contract's LayerNorms over d_model, with `weight`, `bias`
+    and eps 1e-5: nn.LayerNorm or the student's own module), given the block's weights: a module of
+    the student's own that departs (no bias, no weight, the two swapped) shows here alone, where the
+    whole block would blame the sublayer that uses it. A norm that is right but for its eps is left to
+    the eps step that follows (right on a stream of size ~1e4)."""
+    block = api.new("TransformerBlock", *ctor)
+    block = api.method(block, "double", keep=True)
+    api.method(block, "load_state_dict", state)
+    api.method(block, "eval", keep=True)
+    for name in ("ln1", "ln2"):
+        try:
+            norm = api.method(block, "get_submodule", name, keep=True)
+            got, got_big = (_out(api.forward(norm, v)) for v in (x, x * 1e4))
+        except ProbeFailed:
+            return None
+        weight, bias = state[f"{name}.weight"], state[f"{name}.bias"]
+        normalised = F.layer_norm(x, x.shape[-1:], eps=1e-5)
+        want = (normalised * weight + bias).numpy()
+        if got is None or got.shape != want.shape or np.allclose(got, want, rtol=1e-7, atol=1e-9):
+            continue
+        big = (F.layer_norm(x * 1e4, x.shape[-1:], eps=1e-5) * weight + bias).numpy()
+        if got_big is not None and got_big.shape == big.shape and np.allclose(got_big, big, rtol=1e-7, atol=1e-9):
+            return None  # an eps of its own: the eps step's
+        n = normalised.numpy()
+        w, b = weight.numpy(), bias.numpy()
+        for value, what in ((n * w, "normalised * weight, without adding the bias"),
+                            (n + b, "normalised + bias, without multiplying by the weight"),
+                            (n * b + w, "normalised * bias + weight: the weight and bias swapped"),
+                            (n, "the normalised x alone: neither the weight nor the bias applied")):
+            if np.allclose(got, value, rtol=1e-7, atol=1e-9):
+                return (f"the norms. Called on its own with the block's weights, your {name} returns {what}; a "
+                        f"LayerNorm returns normalised * weight + bias ({name}.weight and {name}.bias, eps 1e-5): "
+                        "look at the norm module's forward (nn.LayerNorm(d_model) does it all)")
+        return (f"the norms. Called on its own with the block's weights, your {name} differs from a LayerNorm "
+                f"(normalised * {name}.weight + {name}.bias, eps 1e-5) by up to "
+                f"{float(np.nanmax(np.abs(got - want))):.3g}: look at the norm module's forward")
+    return None
+
+
 def locate_block(api) -> str | None:
     d, heads, d_ff, T = 8, 2, 16, 5
     ctor = (d, heads, d_ff)
@@ -1711,7 +1751,7 @@ def locate_block(api) -> str | None:
     def silenced(*layers):
         return {k: torch.zeros_like(v) if any(k.startswith(layer) for layer in layers) else v for k, v in full.items()}
 
-    shared = _shared_norms(api, ctor, full)
+    shared = _shared_norms(api, ctor, full) or _norms_alone(api, ctor, full, x)
     if shared:
         return shared
     # The norms' eps: right on a stream of size ~1e4 (each sublayer's update compared), where eps is

@@ -868,6 +868,70 @@ def test_a_block_whose_own_layernorm_drops_its_bias_is_told_so_in_a_worker():
     assert told and "Where it goes wrong: the norms. " in told[0] and "without adding the bias" in told[0], told
 
 
+GPT_FORWARD = """
+import math
+
+import torch
+from torch import nn
+
+_Reference = GPT
+
+
+class FinalNorm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], self.weight, self.bias, 1e-5)
+
+
+class GPT(_Reference):
+    def __init__(self, config):
+        super().__init__(config)
+        self.ln_f = FinalNorm(config.d_model)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.token_emb(idx) + self.pos_emb(torch.arange(T))
+        for block in self.blocks:
+            x = block(x)
+        x = self.ln_f(x)
+        return self.lm_head(x)
+"""
+
+
+@pytest.mark.parametrize("change, told", [
+    # the fresh set fresh29g's 05/09 and 05/12: both told "the embeddings, the final norm and the head"
+    (("x = block(x)\n        x = self.ln_f(x)", "x = self.ln_f(block(x))\n"),
+     "the final norm. With every block silenced"),
+    (("self.token_emb(idx) +", "self.token_emb(idx) * math.sqrt(self.config.d_model) +"),
+     "token_emb(idx) times 2.828 = sqrt(d_model)"),
+    (("+ self.pos_emb(torch.arange(T))", "+ 0.3 * self.pos_emb(torch.arange(T))"), "pos_emb(positions) times 0.3"),
+    (("return self.lm_head(x)", "return self.lm_head(x) / math.sqrt(self.config.d_model)"),
+     "those logits times 0.3536 = 1 / sqrt(d_model)"),
+    (("x.shape[-1:], self.weight, self.bias, 1e-5)", "x.shape[-1:], self.weight, None, 1e-5)"),
+     "the final norm. Called on its own with the model's weights, your ln_f"),
+    (("return self.lm_head(x)", "return self.lm_head(x + self.ln_f(x))"), "the forward's wiring."),
+    (("x = self.ln_f(x)", "x = self.ln_f(x)"), None),  # right: located nowhere
+])
+def test_a_gpt_whose_embeddings_final_norm_or_head_departs_is_told_which(change, told):
+    """Outside the blocks, "the embeddings, the final norm and the head" was said of every slip (the fresh
+    set): ln_f after every block and a token embedding scaled by sqrt(d_model) alike. Now the stage is named,
+    with what it computes instead (a scale read from the logits, a norm applied where), and where no changed
+    pipeline fits, each module called on its own."""
+    unit = UNITS["05_model"]
+    assert change[0] in GPT_FORWARD
+    where = located(unit, unit.part("GPT"), reference_with(unit, GPT_FORWARD.replace(*change)))
+    if told is None:
+        assert where is None, where
+    else:
+        assert where is not None and told in where, where
+    if "None, 1e-5" in change[1]:
+        assert "without adding the bias" in where, where
+
+
 @pytest.mark.parametrize("chain, step", [("ln_f first", "the final norm's place."), ("reversed", "the blocks' order."),
                                          ("last block only", "the blocks.")])
 def test_a_gpt_whose_stream_goes_another_way_is_told_how(chain, step):

@@ -730,6 +730,36 @@ def test_a_count_that_is_off_is_told_which_piece_of_the_model_it_misses(slip, ch
     assert not result.passed and told in result.message, result.message
 
 
+BLOCK_BY_BLOCK_COUNT = """
+def count_parameters(config):
+    d = config.d_model
+    d_ff = config.d_ff if config.d_ff is not None else 4 * d
+    n = (config.vocab_size + config.context_length) * d
+    for layer in range(config.n_layers):
+        n += 4 * d + 4 * (d * d + d) + 2 * d * d_ff + d_ff + d
+    n += 2 * d
+    return n + (0 if config.tie_weights else config.vocab_size * d)
+"""
+
+
+@pytest.mark.parametrize("loop, told", [
+    ("range(1, config.n_layers)", "one block fewer than n_layers"),  # the fresh set fresh29g's 05/17
+    ("range(config.n_layers + 1)", "one block more than n_layers"),
+])
+def test_a_count_a_block_short_or_over_is_told_so(loop, told):
+    """A count whose loop over the blocks ran once too few was told numbers only (the fresh set): its
+    one-more-layer check passes, and every check it fails is off by whole blocks."""
+    unit = UNITS["05_model"]
+    source = BLOCK_BY_BLOCK_COUNT.replace("range(config.n_layers)", loop)
+    assert loop in source
+    failed = [r.message for r in grade_part(unit, "count_parameters", InProcessStudent(reference_with(unit, source)))
+              if not r.passed]
+    # what is left outside the blocks is one block over in a count of one block for n_layers as well: there
+    # only a block too few is read; every other check says it, and no check says anything else
+    assert all(told in m or "Where it goes wrong" not in m for m in failed), failed
+    assert sum("Where it goes wrong: the blocks counted." in m and told in m for m in failed) >= 3, failed
+
+
 @pytest.mark.parametrize("count, told", [
     ("8 * n * d * d + 2 * (2 * d * n * (n + 1) // 2)", "the future half of both products over the heads left out"),
     ("4 * n * d * (2 * d - 1) + 4 * n * n * d", "2b - 1 FLOPs for a dot product of length b in four projections"),

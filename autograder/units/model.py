@@ -218,9 +218,12 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
         floated = isinstance(expected, int) and isinstance(result, float | np.floating)
         result = int(result) if float(result).is_integer() else float(result)
         if result != expected:
+            blocks = (_blocks_off(result - expected, inputs.kwargs["fields"])
+                      if isinstance(result, int) and isinstance(inputs.kwargs.get("fields"), dict) else None)
             return (f"counted {result:,}, expected {expected:,} (off by {result - expected:+,})"
                     + (" (and it came back as a float, where a count is a Python int: a true division `/` "
-                       "somewhere? divide with `//`)" if floated else ""))
+                       "somewhere? divide with `//`)" if floated else "")
+                    + (f". Where it goes wrong: {blocks}" if blocks else ""))
         return None
     if isinstance(expected, dict) and "tied" in expected:
         if not isinstance(result, dict) or result.get("tied") != expected["tied"]:
@@ -271,6 +274,31 @@ def diagnose_breakdown(result, expected, inputs: Inputs) -> str | None:
             if not tied and got["embeddings"] != want["embeddings"]:
                 return f"{name}: `embeddings` is {got['embeddings']:,}, expected {want['embeddings']:,}"
     return None
+
+
+def _one_block(fields: dict) -> int:
+    """The parameters of one block of a model of these fields (the reference's own count)."""
+    return (_reference_numel(tuple(sorted({**fields, "n_layers": fields["n_layers"] + 1}.items())))
+            - _reference_numel(tuple(sorted(fields.items()))))
+
+
+def _blocks_off(difference: int, fields: dict, more: bool = True) -> str | None:
+    """A count off by exactly one block, in words: a loop over the blocks that runs one time too few
+    (range(1, n_layers)) or, with `more`, one too many; None otherwise. (Off by more blocks is left
+    unsaid: a count of one block for n_layers of them reads so too, and is named by the catalogue.)"""
+    block = _one_block(fields)
+    many, rest = divmod(abs(difference), block)
+    if difference == 0 or rest or many != 1 or fields["n_layers"] < 2 or (difference > 0 and not more):
+        return None
+    fewer = difference < 0
+    blocks = f"{MANY[many]} block{'s' if many > 1 else ''}"
+    whose = f"{MANY[many]} {'blocks' if many > 1 else 'block'}'{'' if many > 1 else 's'}"
+    loop = ("range(1, n_layers) or range(n_layers - 1)?" if fewer else
+            "range(n_layers + 1), or ln_f counted as a block?")
+    return (f"the blocks counted. The count is off by {difference:+,}, {whose} parameters ({block:,} a block here: "
+            "ln1, ln2, q_proj, k_proj, v_proj, out_proj, fc1 and fc2 with their biases): yours counts "
+            f"{blocks} {'fewer' if fewer else 'more'} than n_layers (a loop over the blocks that runs {loop}): "
+            "count n_layers blocks, for layer in range(n_layers)")
 
 
 def _d_ff(config: dict) -> int:
@@ -601,7 +629,26 @@ def diagnose_term(result, expected, inputs: Inputs) -> str | None:
     problem = f"your count gives {got:,}, expected {want:,} ({inputs.kwargs['should_be']})"
     # One block's count and what is left outside the blocks are sums of pieces of a model: how far
     # off they are says which piece, where exactly one reading fits.
-    kinds = {"block": (True,), "final_norm": (False,)}.get(inputs.kwargs.get("term_name"))
+    term_name = inputs.kwargs.get("term_name")
+    fields = inputs.kwargs["fields"]
+    # What is left outside the blocks (the count less n_layers times one more layer's increase) is off by
+    # whole blocks when the count has a block too few or too many: each block's own count then still right.
+    if term_name == "final_norm" and isinstance(got, int) and isinstance(want, int):
+        # (only fewer: a count of one block for n_layers of them leaves one block over here)
+        blocks = _blocks_off(got - want, fields, more=False)
+        if blocks:
+            return f"{problem}. Where it goes wrong: {blocks}"
+    # A term that grows with n_layers, counted for n_layers + k blocks: got / want = (n_layers + k) / n_layers.
+    if term_name == "ffn_width" and _is_number(got) and want and got != want:
+        k = fields["n_layers"] * (got - want) / want
+        if float(k).is_integer() and abs(int(k)) == 1 and fields["n_layers"] > 1:
+            k = int(k)
+            fewer = k < 0
+            return (f"{problem}. Where it goes wrong: the blocks counted. Yours is (n_layers {'-' if fewer else '+'} "
+                    f"{abs(k)}) / n_layers of it: {MANY[abs(k)]} block{'s' if abs(k) > 1 else ''} "
+                    f"{'fewer' if fewer else 'more'} than n_layers counted (a loop over the blocks that runs "
+                    f"{'range(1, n_layers)' if fewer else 'range(n_layers + 1)'}?)")
+    kinds = {"block": (True,), "final_norm": (False,)}.get(term_name)
     if kinds and isinstance(got, int) and isinstance(want, int):
         config = {**inputs.kwargs["fields"], "n_layers": 1} if kinds == (True,) else inputs.kwargs["fields"]
         explanation = explain_count_difference({"the configuration checked": (got, want, config)}, kinds)

@@ -407,6 +407,34 @@ def test_two_slips_that_no_name_explains_are_both_located():
     assert "Where it goes wrong: the default eps." in told and "Also: the weight and bias." in told, told
 
 
+SWAPPED_LAYER_NORM = """
+import torch
+
+def layer_norm(x, weight, bias, eps=1e-5):
+    mean = x.mean(-1, keepdim=True)
+    var = ((x - mean) ** 2).mean(-1, keepdim=True)
+    return (x - mean) / torch.sqrt(var + eps) * bias + weight
+"""
+
+
+@pytest.mark.parametrize("change, told", [
+    (("eps=1e-5", "eps=1e-6"), "the default eps."),  # the fresh set fresh29g's 04/32
+    (("torch.sqrt(var + eps)", "(torch.sqrt(var) + eps)"), "eps."),
+    (("eps=1e-5", "eps=1e-5"), None),  # the swap alone: that step only
+])
+def test_a_swapped_weight_and_bias_does_not_hide_a_second_slip_in_layer_norm(change, told):
+    """Weight and bias swapped gave 1 everywhere on the locator's rows, and it stopped there: a default
+    eps of 1e-6 behind it was never told (the fresh set). With weight and bias both 1 a swap computes
+    what the right order does, so the later steps are tried that way, and both slips are told."""
+    unit = UNITS["04_block"]
+    where = located(unit, unit.part("layer_norm"), reference_with(unit, SWAPPED_LAYER_NORM.replace(*change)))
+    swap = "the weight and bias. On a row that normalises to [-1, 1, -1, 1]"
+    if told is None:
+        assert where is not None and where.startswith("the weight and bias.") and "Also" not in where, where
+    else:
+        assert where is not None and where.startswith(told) and f"Also: {swap}" in where, where
+
+
 GLOBAL_MAX_CROSS_ENTROPY = """
 import torch
 
@@ -702,11 +730,45 @@ def test_a_count_that_is_off_is_told_which_piece_of_the_model_it_misses(slip, ch
     assert not result.passed and told in result.message, result.message
 
 
+BLOCK_BY_BLOCK_COUNT = """
+def count_parameters(config):
+    d = config.d_model
+    d_ff = config.d_ff if config.d_ff is not None else 4 * d
+    n = (config.vocab_size + config.context_length) * d
+    for layer in range(config.n_layers):
+        n += 4 * d + 4 * (d * d + d) + 2 * d * d_ff + d_ff + d
+    n += 2 * d
+    return n + (0 if config.tie_weights else config.vocab_size * d)
+"""
+
+
+@pytest.mark.parametrize("loop, told", [
+    ("range(1, config.n_layers)", "one block fewer than n_layers"),  # the fresh set fresh29g's 05/17
+    ("range(config.n_layers + 1)", "one block more than n_layers"),
+])
+def test_a_count_a_block_short_or_over_is_told_so(loop, told):
+    """A count whose loop over the blocks ran once too few was told numbers only (the fresh set): its
+    one-more-layer check passes, and every check it fails is off by whole blocks."""
+    unit = UNITS["05_model"]
+    source = BLOCK_BY_BLOCK_COUNT.replace("range(config.n_layers)", loop)
+    assert loop in source
+    failed = [r.message for r in grade_part(unit, "count_parameters", InProcessStudent(reference_with(unit, source)))
+              if not r.passed]
+    # what is left outside the blocks is one block over in a count of one block for n_layers as well: there
+    # only a block too few is read; every other check says it, and no check says anything else
+    assert all(told in m or "Where it goes wrong" not in m for m in failed), failed
+    assert sum("Where it goes wrong: the blocks counted." in m and told in m for m in failed) >= 3, failed
+
+
 @pytest.mark.parametrize("count, told", [
     ("8 * n * d * d + 2 * (2 * d * n * (n + 1) // 2)", "the future half of both products over the heads left out"),
     ("4 * n * d * (2 * d - 1) + 4 * n * n * d", "2b - 1 FLOPs for a dot product of length b in four projections"),
     ("6 * n * d * d + 4 * n * n * d", "a projection left out"),
     ("8 * n * d * d + 4 * n * n * d + n_heads * n * n", "one FLOP for every score"),
+    # weights @ V at n^2 d_model (the fresh set fresh29g's 03/22): with 2 heads the same number as one product
+    # counted for one head only, which was told there; that check now says nothing, the others the missing 2
+    ("8 * n * d * d + 2 * n * n * d + n * n * d", "counted without the multiply-add's 2"),
+    ("7 * n * d * d + 4 * n * n * d", "a projection counted without the multiply-add's 2"),
 ])
 def test_a_flop_count_that_is_off_is_told_which_products_it_misses(count, told):
     """A FLOP count off by some number told only the ratio (the fresh set); now what that number is,
@@ -771,6 +833,133 @@ def test_a_block_whose_second_layernorm_is_its_first_is_told_so():
     namespace = dict(vars(reference), TransformerBlock=SharedNorm)
     where = located(unit, unit.part("TransformerBlock"), namespace)
     assert where is not None and where.startswith("the second LayerNorm."), where
+
+
+BLOCK_WITH_ITS_OWN_NORM = """
+import torch
+from torch import nn
+
+
+class LN(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return layer_norm(x, self.weight, self.bias, self.eps)
+
+
+class TransformerBlock(nn.Module):
+    def __init__(self, d_model, n_heads, d_ff=None):
+        super().__init__()
+        self.ln1 = LN(d_model)
+        self.attn = MultiHeadAttention(d_model, n_heads)
+        self.ln2 = LN(d_model)
+        self.ffn = FeedForward(d_model, d_ff)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.ffn(self.ln2(x))
+"""
+
+
+@pytest.mark.parametrize("change, told", [
+    (("self.weight, self.bias,", "self.weight, torch.zeros_like(self.bias),"), "without adding the bias"),
+    (("self.weight, self.bias,", "torch.ones_like(self.weight), self.bias,"), "without multiplying by the weight"),
+    (("self.weight, self.bias,", "self.bias, self.weight,"), "the weight and bias swapped"),
+    (("self.weight, self.bias, self.eps)", "self.weight, self.bias, self.eps) * 1.5"), "differs from a LayerNorm"),
+    (("self.eps = eps", "self.eps = 1e-6"), None),  # an eps of its own: the eps step's, as before
+    (("self.eps = eps", "self.eps = eps"), ""),  # right: located nowhere
+])
+def test_a_block_whose_own_layernorm_module_departs_is_told_the_norm(change, told):
+    """A block with a LayerNorm module of the student's own that drops its bias was told as the
+    attention sublayer, the first to use it (the fresh set fresh29g's 04/26): ln1 and ln2 are now
+    called on their own, and what they return is said."""
+    unit = UNITS["04_block"]
+    where = located(unit, unit.part("TransformerBlock"),
+                    reference_with(unit, BLOCK_WITH_ITS_OWN_NORM.replace(*change)))
+    if told is None:
+        assert where is not None and where.startswith("the norms' eps."), where
+    elif not told:
+        assert where is None, where
+    else:
+        assert where is not None and where.startswith("the norms. ") and told in where, where
+
+
+def test_a_block_whose_own_layernorm_drops_its_bias_is_told_so_in_a_worker():
+    # the contract's other names, each stood in for by the grader's while the block is graded
+    source = ("def layer_norm(x, weight, bias, eps=1e-5):\n    raise NotImplementedError\n\n\n"
+              "MultiHeadAttention = FeedForward = layer_norm\n"
+              + BLOCK_WITH_ITS_OWN_NORM.replace("self.weight, self.bias,", "self.weight, torch.zeros_like(self.bias),"))
+    results = graded_in_worker(UNITS["04_block"], "TransformerBlock", source)
+    told = [r.message for r in results if "Where it goes wrong" in r.message]
+    assert told and "Where it goes wrong: the norms. " in told[0] and "without adding the bias" in told[0], told
+
+
+GPT_FORWARD = """
+import math
+
+import torch
+from torch import nn
+
+_Reference = GPT
+
+
+class FinalNorm(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.bias = nn.Parameter(torch.zeros(d))
+
+    def forward(self, x):
+        return torch.nn.functional.layer_norm(x, x.shape[-1:], self.weight, self.bias, 1e-5)
+
+
+class GPT(_Reference):
+    def __init__(self, config):
+        super().__init__(config)
+        self.ln_f = FinalNorm(config.d_model)
+
+    def forward(self, idx):
+        T = idx.shape[1]
+        x = self.token_emb(idx) + self.pos_emb(torch.arange(T))
+        for block in self.blocks:
+            x = block(x)
+        x = self.ln_f(x)
+        return self.lm_head(x)
+"""
+
+
+@pytest.mark.parametrize("change, told", [
+    # the fresh set fresh29g's 05/09 and 05/12: both told "the embeddings, the final norm and the head"
+    (("x = block(x)\n        x = self.ln_f(x)", "x = self.ln_f(block(x))\n"),
+     "the final norm. With every block silenced"),
+    (("self.token_emb(idx) +", "self.token_emb(idx) * math.sqrt(self.config.d_model) +"),
+     "token_emb(idx) times 2.828 = sqrt(d_model)"),
+    (("+ self.pos_emb(torch.arange(T))", "+ 0.3 * self.pos_emb(torch.arange(T))"), "pos_emb(positions) times 0.3"),
+    (("return self.lm_head(x)", "return self.lm_head(x) / math.sqrt(self.config.d_model)"),
+     "those logits times 0.3536 = 1 / sqrt(d_model)"),
+    (("x.shape[-1:], self.weight, self.bias, 1e-5)", "x.shape[-1:], self.weight, None, 1e-5)"),
+     "the final norm. Called on its own with the model's weights, your ln_f"),
+    (("return self.lm_head(x)", "return self.lm_head(x + self.ln_f(x))"), "the forward's wiring."),
+    (("x = self.ln_f(x)", "x = self.ln_f(x)"), None),  # right: located nowhere
+])
+def test_a_gpt_whose_embeddings_final_norm_or_head_departs_is_told_which(change, told):
+    """Outside the blocks, "the embeddings, the final norm and the head" was said of every slip (the fresh
+    set): ln_f after every block and a token embedding scaled by sqrt(d_model) alike. Now the stage is named,
+    with what it computes instead (a scale read from the logits, a norm applied where), and where no changed
+    pipeline fits, each module called on its own."""
+    unit = UNITS["05_model"]
+    assert change[0] in GPT_FORWARD
+    where = located(unit, unit.part("GPT"), reference_with(unit, GPT_FORWARD.replace(*change)))
+    if told is None:
+        assert where is None, where
+    else:
+        assert where is not None and told in where, where
+    if "None, 1e-5" in change[1]:
+        assert "without adding the bias" in where, where
 
 
 @pytest.mark.parametrize("chain, step", [("ln_f first", "the final norm's place."), ("reversed", "the blocks' order."),

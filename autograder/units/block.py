@@ -1210,9 +1210,11 @@ def _locate_norm(call, *, name: str, rms: bool) -> str | None:
     eps, weight), each shown alone by a row built for it."""
     ones, zeros = _t([1.0] * 4), _t([0.0] * 4)
     affine = (ones,) if rms else (ones, zeros)
+    shift = 0.0  # what `affine` adds to the output: 1 once a swapped weight and bias are found (see step 2)
 
     def run(x, *params, **kwargs):
-        return _out(call(_t(x), *(params or affine), **kwargs))
+        got = _out(call(_t(x), *(params or affine), **kwargs))
+        return got - shift if got is not None and not params else got
 
     def close(got, want):
         return got is not None and got.shape == np.shape(want) and np.allclose(got, want, rtol=1e-6, atol=1e-9)
@@ -1257,10 +1259,16 @@ def _locate_norm(call, *, name: str, rms: bool) -> str | None:
     got = run(x, eps=0.0)
     if got is None or got.shape != want.shape:
         return f"the output. `{name}` of x (1, 4) should have x's shape; yours returned {describe(got)}"
-    if not close(got, want):
-        if not rms and close(got, np.ones((1, 4))):
+    if not rms and not close(got, want) and close(got, np.ones((1, 4))):
+        # 1 everywhere with weight 1 and bias 0: swapped. With weight and bias both 1 a swap gives what the
+        # right order does, so the steps below (eps, the default eps) are tried that way: a second mistake
+        # behind the swap is told as well, and the swap by the weight-and-bias step.
+        if close(_out(call(_t(x), ones, ones, eps=0.0)), want + 1.0):
+            affine, shift, got = (ones, ones), 1.0, want
+        else:
             return ("the weight and bias. With weight 1 and bias 0 your output is 1 everywhere: the two are swapped "
                     "(normalised * weight + bias)")
+    if not close(got, want):
         if not rms and close(got, np.array(x)):
             return ("the centring. On x = [1, 3, 1, 3] (mean 2, variance 1) your layer_norm returns x / 1: it divides "
                     "by the standard deviation but never subtracts the mean")
@@ -1691,6 +1699,46 @@ def locate_feed_forward(api) -> str | None:
     return None
 
 
+def _norms_alone(api, ctor: tuple, state: dict, x) -> str | None:
+    """ln1 and ln2 called on their own (the contract's LayerNorms over d_model, with `weight`, `bias`
+    and eps 1e-5: nn.LayerNorm or the student's own module), given the block's weights: a module of
+    the student's own that departs (no bias, no weight, the two swapped) shows here alone, where the
+    whole block would blame the sublayer that uses it. A norm that is right but for its eps is left to
+    the eps step that follows (right on a stream of size ~1e4)."""
+    block = api.new("TransformerBlock", *ctor)
+    block = api.method(block, "double", keep=True)
+    api.method(block, "load_state_dict", state)
+    api.method(block, "eval", keep=True)
+    for name in ("ln1", "ln2"):
+        try:
+            norm = api.method(block, "get_submodule", name, keep=True)
+            got, got_big = (_out(api.forward(norm, v)) for v in (x, x * 1e4))
+        except ProbeFailed:
+            return None
+        weight, bias = state[f"{name}.weight"], state[f"{name}.bias"]
+        normalised = F.layer_norm(x, x.shape[-1:], eps=1e-5)
+        want = (normalised * weight + bias).numpy()
+        if got is None or got.shape != want.shape or np.allclose(got, want, rtol=1e-7, atol=1e-9):
+            continue
+        big = (F.layer_norm(x * 1e4, x.shape[-1:], eps=1e-5) * weight + bias).numpy()
+        if got_big is not None and got_big.shape == big.shape and np.allclose(got_big, big, rtol=1e-7, atol=1e-9):
+            return None  # an eps of its own: the eps step's
+        n = normalised.numpy()
+        w, b = weight.numpy(), bias.numpy()
+        for value, what in ((n * w, "normalised * weight, without adding the bias"),
+                            (n + b, "normalised + bias, without multiplying by the weight"),
+                            (n * b + w, "normalised * bias + weight: the weight and bias swapped"),
+                            (n, "the normalised x alone: neither the weight nor the bias applied")):
+            if np.allclose(got, value, rtol=1e-7, atol=1e-9):
+                return (f"the norms. Called on its own with the block's weights, your {name} returns {what}; a "
+                        f"LayerNorm returns normalised * weight + bias ({name}.weight and {name}.bias, eps 1e-5): "
+                        "look at the norm module's forward (nn.LayerNorm(d_model) does it all)")
+        return (f"the norms. Called on its own with the block's weights, your {name} differs from a LayerNorm "
+                f"(normalised * {name}.weight + {name}.bias, eps 1e-5) by up to "
+                f"{float(np.nanmax(np.abs(got - want))):.3g}: look at the norm module's forward")
+    return None
+
+
 def locate_block(api) -> str | None:
     d, heads, d_ff, T = 8, 2, 16, 5
     ctor = (d, heads, d_ff)
@@ -1703,7 +1751,7 @@ def locate_block(api) -> str | None:
     def silenced(*layers):
         return {k: torch.zeros_like(v) if any(k.startswith(layer) for layer in layers) else v for k, v in full.items()}
 
-    shared = _shared_norms(api, ctor, full)
+    shared = _shared_norms(api, ctor, full) or _norms_alone(api, ctor, full, x)
     if shared:
         return shared
     # The norms' eps: right on a stream of size ~1e4 (each sublayer's update compared), where eps is

@@ -18,9 +18,11 @@ in another. The block comes from `coursekit.blocks`, so nothing here depends on 
 from __future__ import annotations
 
 import functools
+import math
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from ..engine.compare import Tolerance, as_array, describe
@@ -216,9 +218,12 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
         floated = isinstance(expected, int) and isinstance(result, float | np.floating)
         result = int(result) if float(result).is_integer() else float(result)
         if result != expected:
+            blocks = (_blocks_off(result - expected, inputs.kwargs["fields"])
+                      if isinstance(result, int) and isinstance(inputs.kwargs.get("fields"), dict) else None)
             return (f"counted {result:,}, expected {expected:,} (off by {result - expected:+,})"
                     + (" (and it came back as a float, where a count is a Python int: a true division `/` "
-                       "somewhere? divide with `//`)" if floated else ""))
+                       "somewhere? divide with `//`)" if floated else "")
+                    + (f". Where it goes wrong: {blocks}" if blocks else ""))
         return None
     if isinstance(expected, dict) and "tied" in expected:
         if not isinstance(result, dict) or result.get("tied") != expected["tied"]:
@@ -269,6 +274,31 @@ def diagnose_breakdown(result, expected, inputs: Inputs) -> str | None:
             if not tied and got["embeddings"] != want["embeddings"]:
                 return f"{name}: `embeddings` is {got['embeddings']:,}, expected {want['embeddings']:,}"
     return None
+
+
+def _one_block(fields: dict) -> int:
+    """The parameters of one block of a model of these fields (the reference's own count)."""
+    return (_reference_numel(tuple(sorted({**fields, "n_layers": fields["n_layers"] + 1}.items())))
+            - _reference_numel(tuple(sorted(fields.items()))))
+
+
+def _blocks_off(difference: int, fields: dict, more: bool = True) -> str | None:
+    """A count off by exactly one block, in words: a loop over the blocks that runs one time too few
+    (range(1, n_layers)) or, with `more`, one too many; None otherwise. (Off by more blocks is left
+    unsaid: a count of one block for n_layers of them reads so too, and is named by the catalogue.)"""
+    block = _one_block(fields)
+    many, rest = divmod(abs(difference), block)
+    if difference == 0 or rest or many != 1 or fields["n_layers"] < 2 or (difference > 0 and not more):
+        return None
+    fewer = difference < 0
+    blocks = f"{MANY[many]} block{'s' if many > 1 else ''}"
+    whose = f"{MANY[many]} {'blocks' if many > 1 else 'block'}'{'' if many > 1 else 's'}"
+    loop = ("range(1, n_layers) or range(n_layers - 1)?" if fewer else
+            "range(n_layers + 1), or ln_f counted as a block?")
+    return (f"the blocks counted. The count is off by {difference:+,}, {whose} parameters ({block:,} a block here: "
+            "ln1, ln2, q_proj, k_proj, v_proj, out_proj, fc1 and fc2 with their biases): yours counts "
+            f"{blocks} {'fewer' if fewer else 'more'} than n_layers (a loop over the blocks that runs {loop}): "
+            "count n_layers blocks, for layer in range(n_layers)")
 
 
 def _d_ff(config: dict) -> int:
@@ -599,7 +629,26 @@ def diagnose_term(result, expected, inputs: Inputs) -> str | None:
     problem = f"your count gives {got:,}, expected {want:,} ({inputs.kwargs['should_be']})"
     # One block's count and what is left outside the blocks are sums of pieces of a model: how far
     # off they are says which piece, where exactly one reading fits.
-    kinds = {"block": (True,), "final_norm": (False,)}.get(inputs.kwargs.get("term_name"))
+    term_name = inputs.kwargs.get("term_name")
+    fields = inputs.kwargs["fields"]
+    # What is left outside the blocks (the count less n_layers times one more layer's increase) is off by
+    # whole blocks when the count has a block too few or too many: each block's own count then still right.
+    if term_name == "final_norm" and isinstance(got, int) and isinstance(want, int):
+        # (only fewer: a count of one block for n_layers of them leaves one block over here)
+        blocks = _blocks_off(got - want, fields, more=False)
+        if blocks:
+            return f"{problem}. Where it goes wrong: {blocks}"
+    # A term that grows with n_layers, counted for n_layers + k blocks: got / want = (n_layers + k) / n_layers.
+    if term_name == "ffn_width" and _is_number(got) and want and got != want:
+        k = fields["n_layers"] * (got - want) / want
+        if float(k).is_integer() and abs(int(k)) == 1 and fields["n_layers"] > 1:
+            k = int(k)
+            fewer = k < 0
+            return (f"{problem}. Where it goes wrong: the blocks counted. Yours is (n_layers {'-' if fewer else '+'} "
+                    f"{abs(k)}) / n_layers of it: {MANY[abs(k)]} block{'s' if abs(k) > 1 else ''} "
+                    f"{'fewer' if fewer else 'more'} than n_layers counted (a loop over the blocks that runs "
+                    f"{'range(1, n_layers)' if fewer else 'range(n_layers + 1)'}?)")
+    kinds = {"block": (True,), "final_norm": (False,)}.get(term_name)
     if kinds and isinstance(got, int) and isinstance(want, int):
         config = {**inputs.kwargs["fields"], "n_layers": 1} if kinds == (True,) else inputs.kwargs["fields"]
         explanation = explain_count_difference({"the configuration checked": (got, want, config)}, kinds)
@@ -1078,8 +1127,9 @@ def locate_gpt(api) -> str | None:
         for step, theirs, told in candidates:
             if np.allclose(got, theirs, rtol=1e-4, atol=1e-5):
                 return f"{step}. {setting}: {told}"
-        return (f"the embeddings, the final norm and the head. {setting}; yours differ from them by up to "
-                f"{float(np.abs(got - want).max()):.3g}")
+        return (_silenced_stage(api, fields, state, idx, got, want, setting)
+                or f"the embeddings, the final norm and the head. {setting}; yours differ from them by up to "
+                   f"{float(np.abs(got - want).max()):.3g}")
     state = random_state(fields, 17)
     got = as_array(api.forward(built_model(api, Inputs((idx,), {"fields": fields, "state": state})), idx))
     want = _reference_logits(fields, state, idx)
@@ -1095,6 +1145,117 @@ def locate_gpt(api) -> str | None:
                 "stream goes through every block of self.blocks once, in order, each block's output the next one's "
                 "input (an nn.ModuleList of n_layers distinct TransformerBlocks)")
     return _locate_gpt_batch(api, fields, state) or _locate_gpt_untied(api)
+
+
+def _named_factor(value: float, d: int) -> str:
+    """A scale read from the logits, said as the number it is and, where it is one, its name."""
+    names = {"sqrt(d_model)": math.sqrt(d), "d_model": float(d), "1 / sqrt(d_model)": 1 / math.sqrt(d),
+             "1 / d_model": 1 / d, "2": 2.0, "1 / 2": 0.5}
+    name = next((n for n, v in names.items() if abs(value / v - 1) < 1e-3), None)
+    return f"{value:.4g}" + (f" = {name}" if name else "")
+
+
+def _best_scale(error, low=-3.0, high=3.0) -> float:
+    """The s in [10^low, 10^high] that makes error(s) least: a grid, then golden sections around its best."""
+    grid = np.linspace(low, high, 241)
+    best = int(np.argmin([error(10 ** g) for g in grid]))
+    a, b = grid[max(best - 1, 0)], grid[min(best + 1, len(grid) - 1)]
+    for _ in range(60):
+        c, d = b - (b - a) / 1.618034, a + (b - a) / 1.618034
+        if error(10 ** c) < error(10 ** d):
+            b = d
+        else:
+            a = c
+    return float(10 ** ((a + b) / 2))
+
+
+def _silenced_stage(api, fields: dict, state: dict, idx, got, want, setting: str) -> str | None:
+    """With every block silenced, the logits are lm_head(ln_f(token_emb(idx) + pos_emb(positions))): which of
+    its stages departs. The pipeline with one stage changed (ln_f applied more than once, one embedding scaled,
+    the logits scaled), then each module called on its own (token_emb, pos_emb, ln_f, lm_head)."""
+    d, n_layers = fields["d_model"], fields["n_layers"]
+    w, b = state["ln_f.weight"], state["ln_f.bias"]
+    head = state["lm_head.weight"]
+    tokens, positions = state["token_emb.weight"][idx], state["pos_emb.weight"][:idx.shape[1]]
+
+    def logits(stream, norms=1):
+        for _ in range(norms):
+            stream = F.layer_norm(stream, (d,), w, b, 1e-5)
+        return (stream @ head.T).numpy()
+
+    def close(theirs):
+        return np.allclose(got, theirs, rtol=1e-4, atol=1e-5)
+
+    # the final norm applied more than once: after every block (inside the loop), and at the end as well
+    for times in range(2, n_layers + 2):
+        if close(logits(tokens + positions, times)):
+            where = ("after every block, inside the loop" if times == n_layers else
+                     "after every block and once more after the loop" if times == n_layers + 1 else "")
+            return (f"the final norm. {setting}: yours apply ln_f {times} times to the stream"
+                    f"{f' ({where}?)' if where else ''}: ln_f acts once, after the last block, just before lm_head")
+    # one embedding scaled: read the scale from the logits, the one that fits them best
+    for name, scaled, other, unscaled in (("token_emb(idx)", tokens, positions, "pos_emb(positions)"),
+                                          ("pos_emb(positions)", positions, tokens, "token_emb(idx)")):
+        def error(scale, scaled=scaled, other=other):
+            return float(np.abs(got - logits(scale * scaled + other)).max())
+
+        scale = _best_scale(error)
+        if abs(scale - 1) > 1e-3 and close(logits(scale * scaled + other)):
+            return (f"the embeddings. {setting}: yours are those of a stream that starts as {name} times "
+                    f"{_named_factor(scale, d)}, plus {unscaled}: the stream starts as token_emb(idx) + "
+                    "pos_emb(positions), neither scaled (no sqrt(d_model) factor here, as in GPT-2)")
+    # the logits scaled: the head's output times a constant
+    if np.all(want != 0):
+        ratio = got / want
+        if np.allclose(ratio, ratio.flat[0], rtol=1e-4) and abs(ratio.flat[0] - 1) > 1e-3:
+            return (f"the head. {setting}: yours are those logits times {_named_factor(float(ratio.flat[0]), d)}: "
+                    "forward returns lm_head(ln_f(x)) as it is, unscaled")
+    return _gpt_modules_alone(api, fields, state, idx, setting)
+
+
+def _gpt_modules_alone(api, fields: dict, state: dict, idx, setting: str) -> str | None:
+    """token_emb, pos_emb, ln_f and lm_head of the student's model, each called on its own: one that departs is
+    that stage (a norm of the student's own without its bias, say); all right, it is how forward joins them."""
+    model = built_model(api, Inputs((idx,), {"fields": fields, "state": state}))
+    d = fields["d_model"]
+    generator = torch.Generator().manual_seed(29)
+    stream = torch.randn(1, idx.shape[1], d, generator=generator)
+    positions = torch.arange(idx.shape[1])
+    w, b = state["ln_f.weight"], state["ln_f.bias"]
+    stages = (
+        ("token_emb", "the token embedding", idx, state["token_emb.weight"][idx], "token_emb(idx) is row idx of "
+         "token_emb.weight"),
+        ("pos_emb", "the position embedding", positions, state["pos_emb.weight"][positions], "pos_emb(positions) is "
+         "row t of pos_emb.weight for position t"),
+        ("ln_f", "the final norm", stream, F.layer_norm(stream, (d,), w, b, 1e-5), "ln_f(x) is a LayerNorm: "
+         "normalised * ln_f.weight + ln_f.bias, eps 1e-5"),
+        ("lm_head", "the head", stream, stream @ state["lm_head.weight"].T, "lm_head(x) is x @ lm_head.weight.T, "
+         "with no bias"),
+    )
+    for name, step, given, right, what_it_is in stages:
+        try:
+            module = api.method(model, "get_submodule", name, keep=True)
+            theirs = as_array(api.forward(module, given))
+        except ProbeFailed:
+            return None
+        right = right.numpy()
+        if theirs is None or theirs.shape != right.shape:
+            return f"{step}. Called on its own, your {name} returns {what(theirs)}, not {tuple(right.shape)}"
+        if not np.allclose(theirs, right, rtol=1e-4, atol=1e-5):
+            told = ""
+            if name == "ln_f":
+                normalised = F.layer_norm(stream, (d,), eps=1e-5)
+                for value, how in ((normalised * w, "normalised * weight, without adding the bias"),
+                                   (normalised + b, "normalised + bias, without multiplying by the weight"),
+                                   (normalised * b + w, "normalised * bias + weight: the weight and bias swapped"),
+                                   (normalised, "the normalised x alone, neither weight nor bias applied")):
+                    if np.allclose(theirs, value.numpy(), rtol=1e-4, atol=1e-5):
+                        told = f"; yours returns {how}"
+            return (f"{step}. Called on its own with the model's weights, your {name} differs from what it should "
+                    f"compute by up to {float(np.abs(theirs - right).max()):.3g}{told}: {what_it_is}")
+    return (f"the forward's wiring. {setting}; yours differ from them, though token_emb, pos_emb, ln_f and lm_head "
+            "each give the right output called on their own: look at how forward joins them (the stream starts as "
+            "token_emb(idx) + pos_emb(torch.arange(T)), goes through the blocks, then ln_f once, then lm_head)")
 
 
 def _locate_gpt_batch(api, fields: dict, state: dict) -> str | None:

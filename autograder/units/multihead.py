@@ -354,6 +354,15 @@ FLOPS_PIECES = (
         "scores are n x d_head times d_head x n")),
     (lambda n, d, h: 2 * n * n * (d - d // h), (-1,), lambda k, sign: (
         f"{_times(k, 'a product', 'products')} over the heads counted for one head only: every head does one")),
+    # A projection without the 2; an even number of them is the same number as half as many left out.
+    (lambda n, d, h: n * d * d, (-1,), lambda k, sign: None if k % 2 == 0 else (
+        f"{_times(k, 'a projection', 'projections')} counted without the multiply-add's 2: n d_model^2 where each "
+        "costs 2 n d_model^2, as (a, b) @ (b, c) costs 2abc")),
+    # Q K^T and the weights times V cost the same (2 n^2 d_model), so which of the two lacks its 2 cannot be
+    # told apart: both are named. Only once: twice is the same number as one product left out.
+    (lambda n, d, h: n * n * d, (-1,), lambda k, sign: None if k > 1 else (
+        "one of the two products over the heads (the scores Q K^T, or the weights times V) counted without the "
+        "multiply-add's 2: n^2 d_model where it costs 2 n^2 d_model, as (a, b) @ (b, c) costs 2abc")),
     (lambda n, d, h: n * n * h, (1,), lambda k, sign: (
         f"{MANY[k]} FLOP{'s' if k > 1 else ''} for every score (n^2 a head): the scaling, the mask or the softmax "
         "counted; only the matrix products are counted here")),
@@ -365,6 +374,7 @@ def explain_flops_difference(difference: float, n: int, d_model: int, n_heads: i
     one reading (1-4 of one piece) gives the difference; None otherwise."""
     fits = [told(many, sign) for size, signs, told in FLOPS_PIECES if size(n, d_model, n_heads)
             for many in MANY for sign in signs if difference == sign * many * size(n, d_model, n_heads)]
+    fits = [text for text in fits if text is not None]  # a reading a piece does not give for that many
     if len(fits) != 1:  # none, or more than one reading: say nothing rather than guess
         return None
     return f"the count is {abs(difference):,.0f} {'over' if difference > 0 else 'under'}: {fits[0]}"

@@ -11,7 +11,9 @@ it. So the grader sees every call of `token_emb`, `pos_emb`, each block's `k_pro
 and `lm_head` itself, whatever the student's process does: the positions looked up, how many
 positions' keys each call computed, and the logits of every step, which it compares with a full
 forward pass of the same prefix. Nothing can be computed from the shell's own parameters (they
-hold NaN), so a step the grader did not see cannot have happened. Whether gradients were being
+hold NaN), so a step the grader did not see cannot have happened; rows read from an embedding's
+weight (`model.pos_emb.weight[pos]`, `F.embedding(ids, weight)`) are asked of the grader as the
+module's own lookup (worker/main.py: remote_gpt), so they are seen and graded alike. Whether gradients were being
 recorded is a fact of the student's process alone, so it is not graded.
 
 `sample_next` is checked for greedy and top-k support exactly, and for its distribution with a

@@ -413,7 +413,8 @@ def remote_gpt(fields: dict, ask, autograd: bool = False):
     The shell keeps the model's structure and attributes (config, blocks, n_heads, training
     flags), so a student's code drives it as it would the real one, and its parameters have
     the real shapes and dtypes, but hold NaN: nothing computed from them is right, so no answer
-    can come from here without the grader seeing the calls that made it.
+    can come from here without the grader seeing the calls that made it. (An embedding's rows read
+    from its weight are the one exception, and a call too: see `LookupTable`.)
 
     With `autograd`, a layer's output is linked to its input and parameters in this process's
     autograd graph, as a real layer's is: with grad mode on, the layer keeps its input for a

@@ -1765,6 +1765,14 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
     # 06/09: the temperature left out where top_k is given
     ("kth = torch.topk(scaled,", "scaled = logits\n        kth = torch.topk(scaled,", {"top_k_three"},
      "the logits not divided by the temperature (0.8) on the path with top_k"),
+    # fresh29g's 06/06: a batch of one squeezed to a number, never sampled (the greedy check's row takes argmax)
+    (".squeeze(-1)", ".squeeze()", {"one_row"}, "as .squeeze() does to multinomial's (1, 1)"),
+    # fresh29g's 06/08: masked in place where temperature 1 skips the division (and its copy)
+    ("scaled = logits / temperature\n    if top_k is not None:\n        kth = torch.topk(scaled, min(top_k, "
+     "scaled.shape[-1]), dim=-1).values[:, -1:]\n        scaled = scaled.masked_fill(scaled < kth, float(\"-inf\"))",
+     "scaled = logits if temperature == 1 else logits / temperature\n    if top_k is not None:\n        kth = "
+     "torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]\n        scaled[scaled < kth] = "
+     "float(\"-inf\")", {"inputs_unchanged_top_k"}, "not modified at temperature 1 with top_k=3"),
 ])
 def test_a_sampler_slip_is_told_what_it_does(old, new, failing, told):
     assert old in SAMPLER
@@ -2408,3 +2416,68 @@ def test_attention_with_a_default_causal_mask_is_told_the_mask():
         "dtype=bool))\n    if mask is not None:\n"))
     where = located(unit, unit.part("scaled_dot_product_attention"), namespace)
     assert where is not None and where.startswith("the mask.") and "though no mask was given" in where, where
+
+
+# The fresh set fresh29g: 9 of its 27 unit-06 files read the positions as `model.pos_emb.weight[pos]`, which
+# held NaN in the grader's model; the grader said only that it saw no call of pos_emb, and the real bugs
+# went untold. An embedding's weight there now asks the grader for the rows read, as a call of the module.
+WEIGHT_INDEX = Path(__file__).parent / "submissions" / "06_generation" / "correct_weight_index.py"
+
+
+@pytest.mark.parametrize("old, new", [
+    ("model.pos_emb(torch.tensor([position]))", "model.pos_emb.weight[position]"),  # an int: a 0-dim lookup
+    ("model.pos_emb(torch.tensor([position]))", "model.pos_emb.weight[position:position + 1, :]"),
+    ("model.token_emb(token)", "F.embedding(token, model.token_emb.weight)"),
+])
+def test_embedding_rows_read_from_the_weight_are_the_lookups(old, new):
+    source = CORRECT_CACHED.read_text()
+    assert old in source
+    results = graded_in_worker(UNITS["06_generation"], "generate_cached",
+                               "import torch.nn.functional as F\n" + source.replace(old, new))
+    assert all(r.passed for r in results), [r.message for r in results if not r.passed]
+
+
+def test_a_slip_beside_embedding_rows_read_from_the_weight_is_located_at_its_own_step():
+    """fresh29g's 06/26: the residual after the attention left out, told only 'no call of model.pos_emb'."""
+    source = WEIGHT_INDEX.read_text()
+    old = "x = x + block.attn.out_proj(y.transpose(1, 2).reshape(B, t, C))"
+    assert old in source and "model.pos_emb.weight[start:end]" in source
+    unit = UNITS["06_generation"]
+    student = Student([("answer", source.replace(old, "x = block.attn.out_proj(y.transpose(1, 2).reshape(B, t, C))"))])
+    student.start()
+    try:
+        where = located(unit, unit.part("generate_cached"), None, student=student)
+    finally:
+        student.close()
+    assert where is not None and where.startswith("block 0's attention residual."), where
+
+
+def test_a_cache_kept_per_model_between_calls_is_told():
+    """fresh29g's 06/21: a cache kept in a dict keyed by id(model) passed every check: called twice on the same
+    prompt, the kept keys are those it computes anew. The second call now has another prompt, and the locator
+    calls twice on one model."""
+    source = CORRECT_CACHED.read_text()
+    old = "cache = [None] * len(model.blocks)"
+    assert old in source
+    source = source.replace(old, "cache = KEPT.setdefault(id(model), [None] * len(model.blocks))") + "\n\nKEPT = {}\n"
+    results = graded_in_worker(UNITS["06_generation"], "generate_cached", source)
+    failed = {r.name: r.message for r in results if not r.passed}
+    assert "generate_cached/called_twice" in failed, failed
+    message = failed["generate_cached/called_twice"]
+    assert "a second call on the same model, on another prompt" in message, message
+    assert "Where it goes wrong: block 0's attention, on a second call." in message, message
+
+
+def test_a_cache_allocated_for_a_batch_of_one_is_told_its_batch():
+    """fresh29g's 06/24: torch.zeros(1, ...) for the cache, told only by PyTorch's size mismatch at the write."""
+    source = WEIGHT_INDEX.read_text()
+    old = "weight.new_empty(B, nh, T + max_new_tokens, C // nh)"
+    assert source.count(old) == 2
+    unit = UNITS["06_generation"]
+    student = Student([("answer", source.replace(old, "weight.new_empty(1, nh, T + max_new_tokens, C // nh)"))])
+    student.start()
+    try:
+        where = located(unit, unit.part("generate_cached"), None, student=student)
+    finally:
+        student.close()
+    assert where is not None and where.startswith("the cache's batch size.") and "a batch of 1" in where, where

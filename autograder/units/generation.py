@@ -11,7 +11,9 @@ it. So the grader sees every call of `token_emb`, `pos_emb`, each block's `k_pro
 and `lm_head` itself, whatever the student's process does: the positions looked up, how many
 positions' keys each call computed, and the logits of every step, which it compares with a full
 forward pass of the same prefix. Nothing can be computed from the shell's own parameters (they
-hold NaN), so a step the grader did not see cannot have happened. Whether gradients were being
+hold NaN), so a step the grader did not see cannot have happened; rows read from an embedding's
+weight (`model.pos_emb.weight[pos]`, `F.embedding(ids, weight)`) are asked of the grader as the
+module's own lookup (worker/main.py: remote_gpt), so they are seen and graded alike. Whether gradients were being
 recorded is a fact of the student's process alone, so it is not graded.
 
 `sample_next` is checked for greedy and top-k support exactly, and for its distribution with a
@@ -59,7 +61,10 @@ def graded() -> Unit:
               lambda rng: Inputs((torch.from_numpy(rng.normal(size=(6, 9)) * 2).float(),)), probe=top_k_one_probe),
         _stat("frequencies_t1", "frequencies at temperature 1 for two rows of 5 logits",
               [[1.0, 0.0, -0.5, 0.5, 0.2], [-1.0, 0.4, 0.4, 1.1, 0.0]], temperature=1.0),
-        _stat("frequencies_t07", "frequencies at temperature 0.7", [[1.0, 0.0, -0.5, 0.5, 0.2]], temperature=0.7),
+        _stat("frequencies_t07", "frequencies at temperature 0.7", [[1.0, 0.0, -0.5, 0.5, 0.2]], points=0.5,
+              temperature=0.7),
+        Check("one_row", "a batch of one row (1, 7) at temperature 0.9, one logit 30 above the rest (any other "
+              "draw has a chance of 2e-14): ids of shape (1,)", 0.5, one_row_inputs, probe=one_row_probe),
         _stat("frequencies_hot", "frequencies at temperature 2.5", [[2.0, -1.0, 0.5, 0.0]], temperature=2.5),
         _stat("top_k_ties", "top_k=2 where the 2nd largest logit is tied (three tokens stay in)", TIED_TOP_K,
               temperature=1.0, top_k=2),
@@ -73,7 +78,10 @@ def graded() -> Unit:
               "from generators seeded alike", 0.5, logits_inputs((64, 6)), probe=defaults_probe,
               requires=("same_seed",), requires_why="draws that ignore the generator would agree by chance or "
               "never"),
-        Check("inputs_unchanged", "the logits are not modified", 0.5, logits_inputs((3, 5), temperature=0.5),
+        Check("inputs_unchanged", "the logits are not modified", 0.25, logits_inputs((3, 5), temperature=0.5),
+              kind="unchanged"),
+        Check("inputs_unchanged_top_k", "the logits are not modified at temperature 1 with top_k=3 (where dividing "
+              "by the temperature makes no copy to mask)", 0.25, logits_inputs((3, 5), temperature=1.0, top_k=3),
               kind="unchanged"),
     )
 
@@ -108,9 +116,9 @@ def graded() -> Unit:
         _tokens("generate_cached", "temperature_top_k", "temperature 0.7, top_k=4, a model with 3 layers and 4 heads",
                 1, WIDE, 2, 6, 10, temperature=0.7, top_k=4),
         _tokens("generate_cached", "zero_new", "max_new_tokens=0 returns the prompt", 0.5, SMALL, 2, 4, 0),
-        Check("called_twice", "called twice on the same model, the generator seeded alike: the same tokens both times",
-              0.5, generation_inputs(SMALL, 2, 3, 5, temperature=1.0), probe=twice_probe("generate_cached"),
-              oracle=twice_oracle),
+        Check("called_twice", "called twice on the same model, the second time on 2 other prompts of 4 tokens: each "
+              "call's tokens as generate's", 0.5, twice_inputs(SMALL, 2, 3, 4, 5, temperature=0),
+              probe=twice_probe("generate_cached"), oracle=twice_oracle),
         _tokens("generate_cached", "fills_context", "prompt 4 + 12 new tokens = context_length 16 exactly", 0.5,
                 SMALL, 1, 4, 12, temperature=0),
         _cache_facet("step_logits", "steps", "the logits of every cached step equal a full forward pass of the same "
@@ -225,20 +233,38 @@ def tokens_probe(name: str):
     return probe
 
 
+def twice_inputs(fields: dict, batch: int, prompt: int, second: int, new: int, **settings):
+    """generation_inputs, and a second prompt (batch, second) for a second call on the same model."""
+    first = generation_inputs(fields, batch, prompt, new, **settings)
+
+    def make(rng):
+        inputs = first(rng)
+        inputs.kwargs["second"] = torch.from_numpy(rng.integers(0, fields["vocab_size"], (batch, second)))
+        return inputs
+
+    return make
+
+
+def second_call(inputs: Inputs) -> Inputs:
+    """The inputs of the second call: the second prompt, the rest alike."""
+    return Inputs((inputs.kwargs["second"],), {k: v for k, v in inputs.kwargs.items() if k != "second"})
+
+
 def twice_probe(name: str):
-    """The same call twice on the same model, the generator seeded alike: a cache kept between calls shows."""
+    """Two calls on the same model, the second on another prompt of another length: a cache (or
+    anything else) kept from one call to the next shows in the second call's tokens. (The same
+    prompt again would hide it: the kept keys of its positions are the ones it computes anew.)"""
 
     def probe(api, inputs: Inputs):
         model = given_model(api, inputs)
         first = run_generator(api, name, inputs, model)
-        return {"tokens": first, "again": run_generator(api, name, inputs, model)}
+        return {"tokens": first, "again": run_generator(api, name, second_call(inputs), model)}
 
     return probe
 
 
 def twice_oracle(inputs: Inputs):
-    tokens = tokens_oracle(inputs)["tokens"]
-    return {"tokens": tokens, "again": tokens}
+    return {"tokens": tokens_oracle(inputs)["tokens"], "again": tokens_oracle(second_call(inputs))["tokens"]}
 
 
 def tokens_oracle(inputs: Inputs):
@@ -319,6 +345,8 @@ def facets(records, tokens, inputs: Inputs) -> dict:
     seen = []
     for r in by_module.get("pos_emb", []):
         ids = r.get("input")
+        if isinstance(ids, torch.Tensor) and ids.ndim == 0:  # one position (`pos_emb(torch.tensor(p))`, `weight[p]`)
+            ids = ids.reshape(1)
         seen.append([int(v) for v in ids.reshape(-1, ids.shape[-1])[0].tolist()] if isinstance(ids, torch.Tensor)
                     and ids.ndim >= 1 and ids.numel() else [])
     flat = [p for step in seen for p in step]
@@ -533,6 +561,19 @@ def logits_inputs(shape, dtype=torch.float32, scale=2.0, **settings):
     return make
 
 
+def one_row_inputs(rng):
+    """One row of logits, one of them so far above the rest that any sampler draws it: a batch of one
+    through the sampling path (a greedy check takes the argmax path), its result decided."""
+    logits = torch.zeros(1, 7)
+    logits[0, int(rng.integers(0, 7))] = 30.0
+    return Inputs((logits,))
+
+
+def one_row_probe(api, inputs: Inputs):
+    """From a seeded generator, so that a catalogued mistake (whose draw is another) can be matched by a rerun."""
+    return api.call("sample_next", inputs.args[0], generator=seeded_generator(api, 8), temperature=0.9)
+
+
 def draws_inputs(rows, **settings):
     """Rows of logits, each repeated DRAWS times in one (R * DRAWS, V) call."""
 
@@ -742,11 +783,14 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
         if not isinstance(result, dict) or "tokens" not in result:
             return f"could not read the tokens ({describe(result)})"
         problem = diagnose_ids(result["tokens"], expected["tokens"], inputs, prompt=inputs.args[0])
-        if problem is None and "again" in expected and \
-                diagnose_ids(result.get("again"), expected["again"], inputs, prompt=inputs.args[0]) is not None:
-            return ("the first call was right, but a second call on the same model with the generator seeded alike "
-                    "gave other tokens: is something (a cache?) kept from one call to the next? Start every call "
-                    "with an empty cache")
+        if problem is None and "again" in expected:
+            second = second_call(inputs)
+            again = diagnose_ids(result.get("again"), expected["again"], second, prompt=second.args[0])
+            if again is not None:
+                return (f"the first call was right, but a second call on the same model, on another prompt of "
+                        f"{plural(second.args[0].shape[1], 'token')}, went wrong ({again}): is something (a cache?) "
+                        "kept from one call to the next, in a global, a dict keyed by the model, or a mutable default "
+                        "argument? Start every call with an empty cache")
         return problem
     return diagnose_ids(result, expected, inputs)
 
@@ -772,6 +816,10 @@ def diagnose_ids(result, expected, inputs: Inputs, prompt=None) -> str | None:
             hint = ": return the prompt followed by the new tokens"
         elif result.ndim == expected.ndim + 1 and result.shape[-1] == 1:
             hint = ": squeeze the last dimension (multinomial returns (B, 1))"
+        elif result.ndim == 0 and tuple(expected.shape) == (1,):
+            hint = (": a batch of one row gave a single number, as .squeeze() does to multinomial's (1, 1) (it drops "
+                    "every dimension of size 1, the batch's too). Squeeze the last dimension only, .squeeze(-1), or "
+                    "take [:, 0]")
         elif prompt is None and inputs.args and isinstance(inputs.args[0], torch.Tensor) and \
                 inputs.args[0].ndim == 2 and result.ndim == 1 and result.shape[0] == inputs.args[0].shape[1] \
                 != inputs.args[0].shape[0]:
@@ -996,16 +1044,25 @@ def locate_cached(api) -> str | None:
     should have made of the layers' outputs (which the grader computed, so they are right for
     the inputs they were given). The first input that differs names the step between two
     layers that went wrong: the embeddings' sum, a block's attention over the cache, a residual
-    addition, the final norm, the token chosen. Twice, on two calls: a cache kept from one call
-    to the next shows on the second."""
+    addition, the final norm, the token chosen. Twice, on two calls on the same model: a cache
+    kept from one call to the next (in a global, or in a dict keyed by the model) shows on the
+    second, which is replayed from its own calls."""
     fields, rng = LOCATE_FIELDS, np.random.default_rng(29)
     state = model_state(fields, 5)
+    model = api.remote_model(fields, state, trace_spec(fields["n_layers"]))
+    api.method(model, "eval", keep=True)
+    done = 0  # the calls the model saw before this generation
     for call, prompt_length in enumerate((4, 3)):
         prompt = torch.from_numpy(rng.integers(0, fields["vocab_size"], (2, prompt_length)))
-        model = api.remote_model(fields, state, trace_spec(fields["n_layers"]))
-        api.method(model, "eval", keep=True)
-        api.call("generate_cached", model, prompt, LOCATE_NEW, temperature=0)
-        found = replay_cached(api.watched(model), prompt, fields)
+        try:
+            api.call("generate_cached", model, prompt, LOCATE_NEW, temperature=0)
+        except ProbeFailed as failed:
+            if call == 0:
+                return _batch_of_one(api, fields, state, prompt, failed.outcome)
+            raise
+        records = api.watched(model)
+        found = replay_cached(records[done:], prompt, fields)
+        done = len(records)
         if found is not None:
             # "block 0's attention, in the prompt's forward step" -> the step, then where it shows: the
             # same slip shows in another forward step when the prompt is fed a token at a time.
@@ -1013,11 +1070,38 @@ def locate_cached(api) -> str | None:
             detail = f"In {where}: {found[1]}" if where else found[1]
             if call == 0:
                 return f"{step}. {detail}"
-            return (f"{step}, on a second call. {detail} The first call, on another prompt, went right: is a cache "
-                    "(or anything else) kept from one call to the next, in a global or a mutable default argument "
-                    "(`cache={}`)? Start every call with an empty cache")
+            return (f"{step}, on a second call. {detail.rstrip('.')}. The first call, on another prompt, went right: "
+                    "is a cache (or anything else) kept from one call to the next, in a global, a dict keyed by the "
+                    "model or a mutable default argument (`cache={}`)? Start every call with an empty cache")
     prompt = torch.from_numpy(rng.integers(0, fields["vocab_size"], (2, 3)))
     return _batch_limit(api, fields, state) or sampled_departure(api, "generate_cached", fields, prompt, LOCATE_NEW)
+
+
+def _batch_of_one(api, fields: dict, state: dict, prompt, outcome) -> str | None:
+    """A generation that raised on a batch of prompts: if each prompt alone is generated right,
+    something in it (the cache, most often, allocated as torch.zeros(1, ...)) is sized for another
+    batch than idx's. A write into it names the buffer's shape in its error ("Target sizes: [1,
+    ...]"), whose first dimension is the batch the cache was made for."""
+    for row in range(prompt.shape[0]):
+        model = api.remote_model(fields, state, trace_spec(fields["n_layers"]))
+        api.method(model, "eval", keep=True)
+        api.call("generate_cached", model, prompt[row:row + 1], LOCATE_NEW, temperature=0)  # a failure: no step
+        if replay_cached(api.watched(model), prompt[row:row + 1], fields) is not None:
+            return None
+    import re
+
+    error = str(outcome.error or "")
+    sized = re.search(r"Target sizes: \[(\d+)((?:, \d+)*)\]", error)
+    if sized and int(sized.group(1)) != prompt.shape[0]:
+        held = int(sized.group(1))
+        raised = (f"{outcome.error_type or 'an error'} writing into a buffer of shape [{sized.group(1)}"
+                  f"{sized.group(2)}] (the error's target sizes): a cache made for a batch of {held}")
+    else:
+        held, raised = "another size", error[:240] or "an error"
+    return (f"the cache's batch size. Each of {prompt.shape[0]} prompts alone is generated right, but together, as "
+            f"one batch idx of shape {tuple(prompt.shape)}, they raise {raised}. Allocate the cache for every "
+            "sequence of the batch, (B, n_heads, T + max_new_tokens, d_head) with B = idx.shape[0], not for a batch "
+            f"of {held}")
 
 
 def _batch_limit(api, fields: dict, state: dict) -> str | None:

@@ -413,7 +413,8 @@ def remote_gpt(fields: dict, ask, autograd: bool = False):
     The shell keeps the model's structure and attributes (config, blocks, n_heads, training
     flags), so a student's code drives it as it would the real one, and its parameters have
     the real shapes and dtypes, but hold NaN: nothing computed from them is right, so no answer
-    can come from here without the grader seeing the calls that made it.
+    can come from here without the grader seeing the calls that made it. (An embedding's rows read
+    from its weight are the one exception, and a call too: see `LookupTable`.)
 
     With `autograd`, a layer's output is linked to its input and parameters in this process's
     autograd graph, as a real layer's is: with grad mode on, the layer keeps its input for a
@@ -441,13 +442,48 @@ def remote_gpt(fields: dict, ask, autograd: bool = False):
         def backward(ctx, grad):
             return (None, None, None, *([None] * ctx.count))
 
+    class LookupTable(nn.Parameter):
+        """An embedding's weight in the shell: NaN for any use but one. Its rows read by index
+        (`weight[pos]`, `weight[:T]`, `weight[start:end, :]`, `weight[ids]`) or by
+        `F.embedding(ids, weight)` are asked of the grader as the embedding's own call would ask
+        them: the leaf is called on the row ids as a LongTensor (`torch.arange(n)[key]`: a 0-dim
+        tensor for an int, as `pos_emb(torch.tensor(pos))`), so the grader sees the same lookup
+        and grades it alike. Every other operation gives plain tensors (NaN)."""
+
+        leaf = None  # the RemoteLeaf it belongs to (none in a copy: then it is NaN like the rest)
+
+        @classmethod
+        def __torch_function__(cls, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            table, ids = None, None
+            if func is torch.Tensor.__getitem__ and type(args[0]) is cls:
+                table, key = args[0], args[1]
+                if isinstance(key, tuple) and key and all(k is Ellipsis or (type(k) is slice and k.start is None
+                                                                             and k.stop is None and k.step is None)
+                                                          for k in key[1:]):
+                    key = key[0]  # weight[rows, :] and weight[rows, ...] read rows too
+                if isinstance(key, slice) or (isinstance(key, int) and not isinstance(key, bool)) or (
+                        isinstance(key, torch.Tensor) and not key.is_floating_point() and key.dtype != torch.bool):
+                    with torch._C.DisableTorchFunctionSubclass():
+                        ids = torch.arange(table.shape[0])[key]
+            elif func is torch.nn.functional.embedding and len(args) == 2 and type(args[1]) is cls \
+                    and kwargs.get("padding_idx") is None and kwargs.get("max_norm") is None:
+                table, ids = args[1], args[0]
+            if ids is not None and table.leaf is not None:
+                return table.leaf(ids)
+            with torch._C.DisableTorchFunctionSubclass():
+                return func(*args, **kwargs)
+
     class RemoteLeaf(nn.Module):
         def __init__(self, name: str, original: nn.Module):
             super().__init__()
             self.remote_name = name
+            table = LookupTable if isinstance(original, nn.Embedding) else nn.Parameter
             for pname, param in original.named_parameters(recurse=False):
-                self.register_parameter(pname, nn.Parameter(torch.full_like(param, float("nan")),
-                                                            requires_grad=param.requires_grad))
+                self.register_parameter(pname, table(torch.full_like(param, float("nan")),
+                                                     requires_grad=param.requires_grad))
+                if table is LookupTable:
+                    getattr(self, pname).leaf = self
             for attr in ("num_embeddings", "embedding_dim", "in_features", "out_features", "normalized_shape",
                          "eps", "padding_idx", "elementwise_affine"):
                 if hasattr(original, attr):

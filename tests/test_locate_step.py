@@ -2100,3 +2100,51 @@ def softmax(x, axis=-1):
 """)
     where = located(unit, unit.part("softmax"), namespace)
     assert where is not None and where.startswith("the axes' order.") and "reshaped" in where, where
+
+
+# ---------------------------------------------------------------- the fresh set fresh29g, units 07 and 08 (issue 29)
+
+TIMER = Path(__file__).parent / "submissions" / "07_flash_training" / "correct_default_timer.py"
+
+
+@pytest.mark.parametrize("change, checks, told", [
+    # a CPU-time clock (07/18): the GPU checks read about 0 and were told as the synchronisation
+    (("clock=timeit.default_timer", "clock=time.process_time"), ("synchronises", "gpu_argument"),
+     "probably a clock the grader does not control"),
+    # one warm-up call short (07/23): told only that fn was called once too few times
+    (("for _ in range(warmup):", "for _ in range(warmup - 1):"), ("median", "defaults", "even_repeats"),
+     "Where it goes wrong: the warm-up."),
+    (("for i in range(repeats):", "for i in range(repeats - 1):"), ("median", "passes_args"),
+     "Where it goes wrong: the timed loop."),
+    # the middle pair of an even count taken one place late (07/25): told as an unsorted median
+    (("return float(np.median(samples))",
+      "s = sorted(samples)\n    h = len(s) // 2\n    return float(s[h] if len(s) % 2 else (s[h] + s[h + 1]) / 2)"),
+     ("defaults", "even_repeats"), "one past the middle pair"),
+])
+def test_a_timer_on_a_cpu_clock_a_loop_one_short_or_a_median_one_off_is_told_which(change, checks, told):
+    source = "import time\n" + TIMER.read_text()
+    assert change[0] in source
+    results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "time_fn", source.replace(*change))}
+    for check in checks:
+        message = results[f"time_fn/{check}"].message
+        assert not results[f"time_fn/{check}"].passed and told in message, message
+        assert "the synchronisation" not in message, message
+
+
+def test_a_naive_attention_whose_causal_defaults_to_false_is_told_its_default():
+    """Told only 'the output differs' (the fresh set fresh29g's 07/25)."""
+    unit = UNITS["07_flash_training"]
+    source = TIMER.read_text().replace("def naive_attention(q, k, v, causal=True):",
+                                       "def naive_attention(q, k, v, causal=False):")
+    results = graded_in_worker(unit, "naive_attention", source)
+    told = [r.message for r in results if not r.passed]
+    assert told and any("Where it goes wrong: the default of causal." in m for m in told), told
+
+
+def test_a_trainer_whose_losses_are_tensors_is_still_told_its_progress_count():
+    """Losses kept as tensors hid the progress check behind 'could not be judged' (fresh29g's 07/24)."""
+    source = TIMER.read_text().replace("losses.append(float(loss))", "losses.append(loss)").replace(
+        "progress(step + 1, losses[-1])", "progress(step, losses[-1])")
+    results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source)}
+    message = results["train/progress"].message
+    assert not results["train/progress"].passed and "count the steps from 1, not 0" in message, message

@@ -2148,3 +2148,55 @@ def test_a_trainer_whose_losses_are_tensors_is_still_told_its_progress_count():
     results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source)}
     message = results["train/progress"].message
     assert not results["train/progress"].passed and "count the steps from 1, not 0" in message, message
+
+
+PLAINLY = Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py"
+STRIPPED_CACHE_ENCODE = '''def encode(text, merges):
+    seen = {}
+    out = []
+    for chunk in pretokenize(text):
+        if chunk.strip() not in seen:
+            ids = list(chunk.encode("utf-8"))
+            for n, (a, b) in enumerate(merges):
+                ids = replace_pair(ids, a, b, 256 + n) if len(ids) > 1 else ids
+            seen[chunk.strip()] = ids
+        out += seen[chunk.strip()]
+    return out
+
+
+def decode('''
+
+
+@pytest.mark.parametrize("part_name, changes, check, told", [
+    # the new token's id taken one too high (fresh29g's 08/09): an IndexError quoting the tie-break's line
+    ("train_bpe", [("new_id = 256 + len(merges)", "new_id = 257 + len(merges)")], None,
+     "Where it goes wrong: the new token's id."),
+    ("train_bpe", [("new_id = 256 + len(merges)", "new_id = 257 + len(merges)"),
+                   ("vocab[new_id] = vocab[a] + vocab[b]", "vocab[255 + len(merges)] = vocab[a] + vocab[b]")], None,
+     "Where it goes wrong: the new token's id."),
+    # a cache keyed on the chunk stripped (08/11): told only which ids differ
+    ("encode", "stripped cache", None, "Where it goes wrong: the cache of chunk ids."),
+    # the last, smaller batch left out (08/26): told as the window starts
+    ("evaluate", [("for batch in windows.split(batch_size):",
+                   "for batch in [windows[i:i + batch_size] for i in range(0, len(windows) - batch_size + 1, "
+                   "batch_size)]:")], None, "Where it goes wrong: the batches."),
+    # the count of evaluations without a new best never reset (08/31): full marks
+    ("train_loop", [("best_loss, best_step, bad_evals = held, done, 0", "best_loss, best_step = held, done")],
+     "patience_in_a_row", "back to 0 at each new best"),
+])
+def test_a_slip_found_by_the_fresh_set_fresh29g_in_unit_08_is_told_its_step(part_name, changes, check, told):
+    source = PLAINLY.read_text()
+    if changes == "stripped cache":
+        start, end = source.index("def encode("), source.index("def decode(")
+        source = source[:start] + STRIPPED_CACHE_ENCODE + source[end + len("def decode("):]
+    else:
+        for old, new in changes:
+            assert old in source
+            source = source.replace(old, new)
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], part_name, source)}
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert failed and not any(r.misconception for r in results.values()), failed
+    if check is not None:
+        assert f"{part_name}/{check}" in failed and told in failed[f"{part_name}/{check}"], failed
+    else:
+        assert any(told in message for message in failed.values()), failed

@@ -2481,3 +2481,101 @@ def test_a_cache_allocated_for_a_batch_of_one_is_told_its_batch():
     finally:
         student.close()
     assert where is not None and where.startswith("the cache's batch size.") and "a batch of 1" in where, where
+
+
+# ---------------------------------------------------------------- the fresh set fresh29g, units 07 and 08 (issue 29)
+
+TIMER = Path(__file__).parent / "submissions" / "07_flash_training" / "correct_default_timer.py"
+
+
+@pytest.mark.parametrize("change, checks, told", [
+    # a CPU-time clock (07/18): the GPU checks read about 0 and were told as the synchronisation
+    (("clock=timeit.default_timer", "clock=time.process_time"), ("synchronises", "gpu_argument"),
+     "probably a clock the grader does not control"),
+    # one warm-up call short (07/23): told only that fn was called once too few times
+    (("for _ in range(warmup):", "for _ in range(warmup - 1):"), ("median", "defaults", "even_repeats"),
+     "Where it goes wrong: the warm-up."),
+    (("for i in range(repeats):", "for i in range(repeats - 1):"), ("median", "passes_args"),
+     "Where it goes wrong: the timed loop."),
+    # the middle pair of an even count taken one place late (07/25): told as an unsorted median
+    (("return float(np.median(samples))",
+      "s = sorted(samples)\n    h = len(s) // 2\n    return float(s[h] if len(s) % 2 else (s[h] + s[h + 1]) / 2)"),
+     ("defaults", "even_repeats"), "one past the middle pair"),
+])
+def test_a_timer_on_a_cpu_clock_a_loop_one_short_or_a_median_one_off_is_told_which(change, checks, told):
+    source = "import time\n" + TIMER.read_text()
+    assert change[0] in source
+    results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "time_fn", source.replace(*change))}
+    for check in checks:
+        message = results[f"time_fn/{check}"].message
+        assert not results[f"time_fn/{check}"].passed and told in message, message
+        assert "the synchronisation" not in message, message
+
+
+def test_a_naive_attention_whose_causal_defaults_to_false_is_told_its_default():
+    """Told only 'the output differs' (the fresh set fresh29g's 07/25)."""
+    unit = UNITS["07_flash_training"]
+    source = TIMER.read_text().replace("def naive_attention(q, k, v, causal=True):",
+                                       "def naive_attention(q, k, v, causal=False):")
+    results = graded_in_worker(unit, "naive_attention", source)
+    told = [r.message for r in results if not r.passed]
+    assert told and any("Where it goes wrong: the default of causal." in m for m in told), told
+
+
+def test_a_trainer_whose_losses_are_tensors_is_still_told_its_progress_count():
+    """Losses kept as tensors hid the progress check behind 'could not be judged' (fresh29g's 07/24)."""
+    source = TIMER.read_text().replace("losses.append(float(loss))", "losses.append(loss)").replace(
+        "progress(step + 1, losses[-1])", "progress(step, losses[-1])")
+    results = {r.name: r for r in graded_in_worker(UNITS["07_flash_training"], "train", source)}
+    message = results["train/progress"].message
+    assert not results["train/progress"].passed and "count the steps from 1, not 0" in message, message
+
+
+PLAINLY = Path(__file__).parent / "submissions" / "08_training" / "correct_written_plainly.py"
+STRIPPED_CACHE_ENCODE = '''def encode(text, merges):
+    seen = {}
+    out = []
+    for chunk in pretokenize(text):
+        if chunk.strip() not in seen:
+            ids = list(chunk.encode("utf-8"))
+            for n, (a, b) in enumerate(merges):
+                ids = replace_pair(ids, a, b, 256 + n) if len(ids) > 1 else ids
+            seen[chunk.strip()] = ids
+        out += seen[chunk.strip()]
+    return out
+
+
+def decode('''
+
+
+@pytest.mark.parametrize("part_name, changes, check, told", [
+    # the new token's id taken one too high (fresh29g's 08/09): an IndexError quoting the tie-break's line
+    ("train_bpe", [("new_id = 256 + len(merges)", "new_id = 257 + len(merges)"),
+                   ("vocab[new_id] = vocab[a] + vocab[b]", "vocab[255 + len(merges)] = vocab[a] + vocab[b]")], None,
+     "Where it goes wrong: the new ids. train_bpe('abab abab abab', 258)"),
+    # a cache keyed on the chunk stripped (08/11): told only which ids differ
+    ("encode", "stripped cache", None, "Where it goes wrong: the cache of chunk ids."),
+    # the last, smaller batch left out (08/26): told as the window starts
+    ("evaluate", [("for batch in windows.split(batch_size):",
+                   "for batch in [windows[i:i + batch_size] for i in range(0, len(windows) - batch_size + 1, "
+                   "batch_size)]:")], None, "Where it goes wrong: the batches."),
+    # the count of evaluations without a new best never reset (08/31): full marks
+    ("train_loop", [("best_loss, best_step, bad_evals = held, done, 0", "best_loss, best_step = held, done")],
+     "patience_in_a_row", "back to 0 at each new best"),
+])
+def test_a_slip_found_by_the_fresh_set_fresh29g_in_unit_08_is_told_its_step(part_name, changes, check, told):
+    source = PLAINLY.read_text()
+    if changes == "stripped cache":
+        start, end = source.index("def encode("), source.index("def decode(")
+        source = source[:start] + STRIPPED_CACHE_ENCODE + source[end + len("def decode("):]
+    else:
+        for old, new in changes:
+            assert old in source
+            source = source.replace(old, new)
+    results = {r.name: r for r in graded_in_worker(UNITS["08_training"], part_name, source)}
+    failed = {name: r.message for name, r in results.items() if not r.passed}
+    assert failed and not any(r.misconception for r in results.values()), failed
+    if check is not None:
+        assert f"{part_name}/{check}" in failed and told in failed[f"{part_name}/{check}"], failed
+    else:
+        assert any(told in message for message in failed.values()), failed

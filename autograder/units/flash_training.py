@@ -549,6 +549,18 @@ def _locate_attention_step(call, flash: bool) -> str | None:
         return (f"the batch and head axes. One head of one sequence is right, but with q, k, v of shape (2, 3, 7, {d}) "
                 f"{told}: every (batch, head) pair attends on its own; index the sequence axis as dim -2 and the "
                 "feature axis as dim -1 (k.transpose(-2, -1)), never a fixed axis number")
+    # the default of causal: every explicit call is right, but the call without causal is not causal
+    name, signature = ("flash_attention", "flash_attention(q, k, v, causal=True, block_size=64)") if flash else (
+        "naive_attention", "naive_attention(q, k, v, causal=True)")
+    try:
+        weights, _ = _weights(lambda q, k, v, causal, **more: call(q, k, v, **more), *_raw(), causal=True, flash=flash)
+    except StepFailed:
+        weights = None
+    if weights is not None and not close(weights, mask / mask.sum(axis=-1, keepdims=True)) and close(weights, uniform):
+        return (f"the default of causal. With causal=True your function masks the future, but called as {name}(q, k, "
+                f"v), without causal, each query spreads its weight evenly over every key (1/{T} each), the future "
+                f"included, as with causal=False: the contract's signature is {signature}, so causal defaults to "
+                "True")
     return None
 
 
@@ -620,13 +632,14 @@ def time_probe(api, inputs: Inputs):
 
     fn = KnownDurations(inputs.kwargs["durations"], args)
     value = timed(fn)
+    short = short_loop(api) if fn.calls == len(inputs.kwargs["durations"]) - 1 else None
     # Whether the answer reads the grader's clock, decided on that clock alone: every call
     # CLOCK_SCALE times as long must give CLOCK_SCALE times the answer. A timer on a clock the
     # grader does not move measures the machine instead, whose load then shows in the answer but
     # never in this verdict.
     scaled = timed(KnownDurations([CLOCK_SCALE * seconds for seconds in inputs.kwargs["durations"]]))
     return {"seconds": value, "calls": fn.calls, "follows_clock": follows_clock(value, scaled),
-            "without_args": fn.without_args}
+            "without_args": fn.without_args, "short_loop": short}
 
 
 # Why a thousand and not two: a timer on a real clock answers a few microseconds under load, read
@@ -667,7 +680,49 @@ def simulated_gpu_probe(api, inputs: Inputs):
 
     value, calls = timed(inputs.kwargs["durations"])
     scaled, _ = timed([CLOCK_SCALE * seconds for seconds in inputs.kwargs["durations"]])  # see time_probe
-    return {"seconds": value, "calls": calls, "follows_clock": follows_clock(value, scaled)}
+    # A timer on a clock the grader does not move reads about 0 here whether it synchronises or
+    # not: the same durations as plain calls (no GPU) show whether it reads the grader's clock at all.
+    try:
+        plain = [api.call_on_virtual_clock("time_fn", KnownDurations(durations), warmup=inputs.kwargs["warmup"],
+                                           repeats=inputs.kwargs["repeats"])
+                 for durations in (inputs.kwargs["durations"],
+                                   [CLOCK_SCALE * seconds for seconds in inputs.kwargs["durations"]])]
+    except Exception:  # noqa: BLE001 (the student's timer raised: nothing to tell of its clock)
+        plain = [None, None]
+    return {"seconds": value, "calls": calls, "follows_clock": follows_clock(value, scaled),
+            "plain_follows_clock": follows_clock(*plain),
+            "short_loop": short_loop(api) if calls == len(inputs.kwargs["durations"]) - 1 else None}
+
+
+# Which loop of a timer that calls fn once too few times is short: with warmup=3 and repeats=1,
+# calls of 10, 20, 30 then 50 ms; a short warm-up times the third call (30 ms), a short timed loop
+# times none.
+SHORT_LOOP = [0.01, 0.02, 0.03, 0.05]
+
+
+def short_loop(api) -> str | None:
+    """In words, which of a timer's loops runs one call short, from where the timed call falls."""
+    fn = KnownDurations(SHORT_LOOP)
+    try:
+        value, raised = api.call_on_virtual_clock("time_fn", fn, warmup=3, repeats=1), None
+    except Exception as err:  # noqa: BLE001 (the student's timer: what it raised is told)
+        value, raised = None, getattr(err, "outcome", None) and err.outcome.error or err
+    if fn.calls != len(SHORT_LOOP) - 1:
+        return None
+    number = isinstance(value, int | float) and not isinstance(value, bool)
+    if number and any(same_time(value, SHORT_LOOP[2] * unit) for unit in (1, 1e3, 1e6)):
+        return ("the warm-up. With warmup=3 and repeats=1 (calls of 10, 20, 30, then 50 ms) your timer called fn 3 "
+                "times and returned 30.0 ms, the third call's duration: only 2 untimed warm-up calls ran before the "
+                "timed one, so the last warm-up call was timed instead. Run fn warmup times, untimed (for _ in "
+                "range(warmup)), then repeats timed calls")
+    if raised is not None or not number or not any(same_time(value, d * unit) for d in SHORT_LOOP[:3]
+                                                   for unit in (1, 1e3, 1e6)):
+        told = (f"it raised {raised}" if raised is not None else f"it returned {describe(value)}" if not number else
+                f"it returned {value:.4g}, no call's duration")
+        return ("the timed loop. With warmup=3 and repeats=1 (calls of 10, 20, 30, then 50 ms) your timer called fn 3 "
+                f"times, the warm-up ones, and timed none ({told}): time repeats calls (for _ in range(repeats)), "
+                "after the warmup untimed ones")
+    return None
 
 
 def time_oracle(inputs: Inputs):
@@ -702,6 +757,24 @@ def time_explanations(durations: list[float], warmup: int) -> list[tuple]:
     unsorted = ("the middle one of the timed calls in the order they ran (" + ", ".join(
         f"{1000 * t:g}" for t in timed) + " ms), not sorted by duration: the median is the middle of the sorted "
         "times (statistics.median(times) sorts them; or sorted(times) before taking the middle)")
+    # the middle pair of an even count taken one place off in the sorted times (sorted[n // 2] and
+    # sorted[n // 2 + 1]): told before the unsorted middle, and with it where both give the number
+    ordered, half = sorted(timed), len(timed) // 2
+
+    def nth(i):
+        return f"{i + 1}{'st' if i == 0 else 'nd' if i == 1 else 'rd' if i == 2 else 'th'}"
+
+    for first, where in ((half, "one past"), (half - 2, "one before")):
+        if len(timed) % 2 or not 0 <= first < first + 1 < len(timed):
+            continue
+        value = (ordered[first] + ordered[first + 1]) / 2
+        words = (f"the mean of the {nth(first)} and {nth(first + 1)} of the sorted times ({1000 * ordered[first]:g} "
+                 f"and {1000 * ordered[first + 1]:g} ms), {where} the middle pair: of {len(timed)} sorted times the "
+                 f"middle two are the {nth(half - 1)} and {nth(half)}, sorted(times)[n // 2 - 1] and "
+                 "sorted(times)[n // 2] (statistics.median(times) takes their mean)")
+        if any(same_time(value, other) for other in middle):
+            words += f"; or, if yours are not sorted, {unsorted}"
+        found.append((float(value), words, "the median"))
     found += [(float(value), unsorted, "the median") for value in middle if value != np.median(timed)]
     for words, calls in sets:
         for statistic, compute in statistics:
@@ -740,6 +813,9 @@ def diagnose_time(result, expected) -> str | None:
     if not isinstance(seconds, int | float) or isinstance(seconds, bool):
         return f"time_fn returned {describe(seconds)}, expected a number of seconds"
     if result.get("calls") != expected["calls"]:
+        if result.get("short_loop"):
+            return (f"fn was called {result.get('calls')} times, expected {expected['calls']} (warmup + repeats). "
+                    f"Where it goes wrong: {result['short_loop']}")
         if expected.get("defaults"):
             return (f"with no warmup or repeats given, fn was called {result.get('calls')} times, expected "
                     f"{expected['calls']}: the contract's defaults are warmup=3 and repeats=10 "
@@ -754,7 +830,7 @@ def diagnose_time(result, expected) -> str | None:
     if all(not same_time(seconds, want) for want in accept):
         wanted = " or ".join(f"{want * 1000:.1f}" for want in accept)
         problem = f"returned {seconds * 1000:.1f} ms, expected {wanted} ms"
-        if result.get("follows_clock") is False:
+        if result.get("follows_clock") is False or result.get("plain_follows_clock") is False:
             # An answer that does not grow with every call's duration reads a clock the grader
             # does not move (`time_probe`), whatever the machine's load made it.
             problem += f": probably a clock the grader does not control; {CLOCKS_TO_USE}"
@@ -855,10 +931,27 @@ def _floats(losses, steps) -> list[float] | None:
     return None
 
 
+def _progress_steps(seen: list, steps: int) -> str | None:
+    """What is wrong with the step numbers train told progress, in words (None: 1 to steps)."""
+    steps_seen = [step for step, _ in seen] if all(isinstance(c, tuple) and len(c) == 2 for c in seen) else None
+    if steps_seen == list(range(1, steps + 1)):
+        return None
+    told = ", ".join(f"progress({step!r}, ...)" for step in (steps_seen or [])[:4]) or "no progress at all"
+    more = " ..." if len(seen) > 4 else ""
+    hint = ("count the steps from 1, not 0" if steps_seen and steps_seen[0] == 0 else
+            "call it once after every step, with the number of steps done so far")
+    return (f"over {steps} steps train called {told}{more}; expected progress(1, ...) after the first step up to "
+            f"progress({steps}, ...) after the last: {hint}")
+
+
 def seed_facet(which: str, first, again, other, given, faster, inputs: Inputs) -> dict:
     (losses, seen), steps, seed = first, inputs.kwargs["steps"], inputs.kwargs["seed"]
     runs = [_floats(run, steps) for run in (losses, again, other, given, faster)]
     if any(run is None for run in runs):
+        # the steps progress is told need no losses: a miscount shows beside losses of another type
+        miscount = _progress_steps(seen, steps) if which == "progress" else None
+        if miscount is not None:
+            return facet(False, "steps", miscount)
         return facet(False, "format", f"could not be judged: train should return a list of {steps} finite floats")
     losses, again, other, given, faster = runs
     if which == "lr":
@@ -884,16 +977,9 @@ def seed_facet(which: str, first, again, other, given, faster, inputs: Inputs) -
                          f"with seed={seed}, the losses differ when batch_size=16 and lr=3e-3 are given from when they "
                          "are left out: the defaults in the signature are batch_size=16 and lr=3e-3")
         return facet(True, None)
-    want = list(range(1, steps + 1))
-    steps_seen = [step for step, _ in seen] if all(isinstance(c, tuple) and len(c) == 2 for c in seen) else None
-    if steps_seen != want:
-        told = ", ".join(f"progress({step!r}, ...)" for step in (steps_seen or [])[:4]) or "no progress at all"
-        more = " ..." if len(seen) > 4 else ""
-        hint = ("count the steps from 1, not 0" if steps_seen and steps_seen[0] == 0 else
-                "call it once after every step, with the number of steps done so far")
-        return facet(False, "steps",
-                     f"over {steps} steps train called {told}{more}; expected progress(1, ...) after the first step "
-                     f"up to progress({steps}, ...) after the last: {hint}")
+    miscount = _progress_steps(seen, steps)
+    if miscount is not None:
+        return facet(False, "steps", miscount)
     passed = [float(loss) if isinstance(loss, int | float) and not isinstance(loss, bool) else
               float(loss.item()) if isinstance(loss, torch.Tensor) and loss.numel() == 1 else None
               for _, loss in seen]

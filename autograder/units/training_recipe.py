@@ -784,6 +784,20 @@ def locate_evaluate(api) -> str | None:
     if starts is None:
         return (f"the windows. {setting} the model's inputs are slices of the data, data[i:i + C]; some of yours "
                 "are not")
+    left = len(want) % batch_size
+    if sorted(starts) == want[:len(want) - left] and left:
+        # the starts are right, and every whole batch was run: is only the last, smaller batch left out?
+        _, alone, _ = _ramp_evaluate(api, len(data), 1)
+        one_by_one = _starts(torch.cat([r.reshape(-1, C) for r in alone]), data) if alone and {
+            int(r.shape[-1]) for r in alone} == {C} else None
+        if one_by_one is not None and sorted(one_by_one) == want:
+            return (f"the batches. {setting} the windows start at {want}, and batches of {batch_size} are "
+                    f"{[want[i:i + batch_size] for i in range(0, len(want), batch_size)]}; your model saw only the "
+                    f"windows starting at {sorted(starts)} (with batch_size 1, every window): the last batch, of "
+                    f"{left} window{'s' if left > 1 else ''}, is left out. Loop over range(0, len(starts), batch_size) "
+                    "and take starts[b:b + batch_size]: the last batch may be smaller (a loop that stops at "
+                    "len(starts) - batch_size + 1 also runs no batch at all when there are fewer windows than "
+                    "batch_size)")
     if sorted(starts) != want:
         steps = sorted({b - a for a, b in zip(sorted(starts), sorted(starts)[1:], strict=False)})
         fix = ("step by C: the windows follow one another without overlap or gap" if steps and steps != [C] else

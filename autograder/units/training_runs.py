@@ -113,7 +113,12 @@ def graded_parts() -> tuple[Part, ...]:
         probe_check("records", "that run's train_losses, heldout_losses (after steps 6, 12, 18, 24) and best_step", 1,
                     loop_probe("records")),
         probe_check("early_stopping", "held-out text that gets worse as the model learns, evaluations every 3 steps, "
-                    "patience 2: the run stops where the reference's does", 1.5, loop_probe("stopping")),
+                    "patience 2: the run stops where the reference's does", 1, loop_probe("stopping")),
+        # the fresh set fresh29g's 08/31: a count of evaluations without a new best never reset kept full marks
+        probe_check("patience_in_a_row", "a run whose held-out loss falls, rises twice, falls to new bests, then "
+                    f"rises (lr {STREAK['max_lr']:g}, an evaluation every step, patience {STREAK['patience']}): it "
+                    "stops after patience evaluations in a row without a new best, where the reference's does", 0.5,
+                    loop_probe("streak")),
         probe_check("best_weights", "after early stopping, the model holds the best evaluation's weights", 1.5,
                     loop_probe("best_weights")),
         probe_check("resume", f"stopped after step {STOP_AT} and resumed from its checkpoint in a new process, in a "
@@ -604,6 +609,12 @@ RECIPE = dict(total_steps=24, batch_size=4, context_length=16, max_lr=1e-2, min_
 # Held-out text unlike the training text gets worse as the model learns: early stopping after
 # `patience` evaluations without a new best, and the best weights restored.
 STOPPING = {**RECIPE, "total_steps": 30, "eval_every": 3, "patience": 2, "seed": 4}
+# Held-out losses that go up and down (a large lr, an evaluation every step): a new best after two
+# evaluations without one, then three in a row without one (the reference's losses: 4.14, 4.70,
+# 5.16, 4.09, 3.60, 3.70, 3.95, 4.12; each comparison apart by 0.05 at least). A count never reset
+# at a new best stops two evaluations early.
+STREAK = {**RECIPE, "total_steps": 30, "eval_every": 1, "patience": 3, "max_lr": 0.3, "min_lr": 0.03,
+          "warmup_steps": 0, "batch_size": 2, "seed": 4}
 STOP_AT = 12  # the interrupted run: checkpoints every 6 steps, stopped after step 12, resumed
 
 
@@ -688,6 +699,8 @@ def loop_probe(view: str):
             run = once(api, "recipe", lambda: run_loop(api, RECIPE, "like", check_inputs=True))
         elif view in ("stopping", "best_weights"):
             run = once(api, "stopping", lambda: run_loop(api, STOPPING, "unlike"))
+        elif view == "streak":
+            return {"view": view, **once(api, "streak", lambda: run_loop(api, STREAK, "like"))["result"]}
         else:
             straight = once(api, "recipe", lambda: run_loop(api, RECIPE, "like", check_inputs=True))
             resumed = once(api, "resumed", lambda: run_resumed(api))
@@ -778,6 +791,40 @@ def _steps(losses) -> str:
     return "none" if losses is None else f"{len(losses)}"
 
 
+def _stops_after(held: list[float], patience: int, reset: bool = True) -> int:
+    """After how many of these evaluations a loop with this patience stops (len(held): it never does)."""
+    best, misses = math.inf, 0
+    for at, loss in enumerate(held, 1):
+        if loss < best:
+            best, misses = loss, (0 if reset else misses)
+        else:
+            misses += 1
+        if misses >= patience:
+            return at
+    return len(held)
+
+
+def diagnose_streak(result, expected) -> str | None:
+    steps, want = result.get("train_losses"), expected["train_losses"]
+    want_held = expected["heldout_losses"]
+    if steps is not None and len(steps) == len(want):
+        return None
+    setting = (f"with an evaluation every step and patience {STREAK['patience']}, on held-out losses that fall, rise "
+               "and fall again")
+    patience = STREAK["patience"]
+    nth = {1: "first", 2: "second", 3: "third"}.get(patience, f"{patience}th")
+    total = _stops_after(want_held, patience, reset=False)
+    if steps is not None and len(steps) == total * STREAK["eval_every"] and total < len(want_held):
+        shown = ", ".join(f"{x:.2f}" for x in want_held)
+        return (f"{setting}, the run took {len(steps)} steps; the reference's held-out losses are {shown} and it "
+                f"stops after {len(want)}, at the {nth} evaluation in a row without a new best. Yours stopped "
+                f"at the {nth} evaluation without a new best counted since the start, though new bests came "
+                "in between: set the count of evaluations without a new best back to 0 at each new best, and stop "
+                "after `patience` in a row")
+    return (f"{setting}, the run took {_steps(steps)} steps; the reference stops after {len(want)}: stop after "
+            "`patience` evaluations in a row without a new best (the count starts again at each new best)")
+
+
 def diagnose_loop(result, expected) -> str | None:
     view = expected["view"]
     if not isinstance(result, dict) or result.get("view") != view:
@@ -809,6 +856,8 @@ def diagnose_loop(result, expected) -> str | None:
                     f"({_fmt(result['measured'])}) is not the one reported for best_step ({_fmt(result['reported'])}): "
                     "best_step is the 1-based step of the best evaluation, whose weights the model holds at the end")
         return None
+    if view == "streak":
+        return diagnose_streak(result, expected)
     if view in ("records", "stopping"):
         steps, want = result.get("train_losses"), expected["train_losses"]
         held, want_held = result.get("heldout_losses"), expected["heldout_losses"]

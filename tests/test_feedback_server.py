@@ -518,6 +518,7 @@ def test_a_classmates_check_beside_four_streams_of_parse_heavy_bodies_is_answere
             try:
                 wait_until(lambda: sum(streamed.values()) >= 4, timeout=120)
                 service.stall, seconds = 0.0, []
+                service.lateness.clear()
                 deadline = time.monotonic() + 120
                 # Through the streams' first bodies (read, refused past 50,000 values, the rest
                 # read and dropped) and on to those refused and closed unread.
@@ -527,20 +528,25 @@ def test_a_classmates_check_beside_four_streams_of_parse_heavy_bodies_is_answere
                     status, _ = post(port, tokens["ben"], check_body("correct_einsum"), part="softmax")
                     seconds.append(time.perf_counter() - started)
                     assert status == 200
-                stall = getattr(service, "stall", None)
+                stall, lateness = service.stall, list(service.lateness)
             finally:
                 stop.set()
             for flow in flows:
                 flow.result(120)
+        stalls = [late for late in lateness if late >= 0.15]
         print(f"beside four streams of parse-heavy bodies ({dict(streamed)} answered): the classmate's checks "
               f"{min(seconds) * 1000:.0f}-{max(seconds) * 1000:.0f} ms, the event loop late by {stall * 1000:.0f} ms "
-              "at most")
+              f"at most, {len(stalls)} of its {len(lateness)} ticks by 150 ms or more")
         # Were the streams to hold the classmate up, every check beside them would wait; a machine
         # that is busy besides (eight busy loops: the suite's busy run) may hold any one process for
         # a second or two now and then (seen once: one check of 2.2 s, the others 80-110 ms).
         slow = [s for s in seconds if s >= 1.0]
         assert sorted(seconds)[len(seconds) // 2] < 0.5 and len(slow) <= len(seconds) // 10, seconds
-        assert stall is not None and stall < 0.5, stall
+        # The loop's lateness, by the same rule: a busy machine may hold the whole process once or
+        # twice (the two long stalls seen, of 1.9 and 2.2 s, were the slow check's own), but a body
+        # parsed where the loop waits on it (4 MB of a million values: 0.2-1 s each) stalls it at
+        # every one of the 16 or more bodies read.
+        assert len(stalls) <= 2, stalls
         assert set(streamed) <= {400, "closed"} and streamed[400] >= 4 and sum(streamed.values()) >= 8, streamed
     finally:
         stop.set()

@@ -409,6 +409,9 @@ class Service:
         # Joining, hashing and checking a body: one at a time, off the event loop.
         self.reader = ThreadPoolExecutor(1, thread_name_prefix="feedback-read")
         self.stall = 0.0  # the event loop's longest lateness, in seconds (see watch)
+        # Every watch tick's lateness, the last few minutes of them: one long stall can be a busy
+        # machine holding the whole process; work done on the loop shows as stalls again and again.
+        self.lateness: deque[float] = deque(maxlen=4096)
         self.app = tornado.web.Application([(r"/api/check", CheckHandler, {"service": self}),
                                             (r"/api/health", HealthHandler, {"service": self})],
                                            default_handler_class=NotFoundHandler,
@@ -437,7 +440,9 @@ class Service:
         while True:
             started = loop.time()
             await asyncio.sleep(WATCH_SECONDS)
-            self.stall = max(self.stall, loop.time() - started - WATCH_SECONDS)
+            late = loop.time() - started - WATCH_SECONDS
+            self.stall = max(self.stall, late)
+            self.lateness.append(late)
             if time.monotonic() - self.db.flushed >= records.REFUSAL_FLUSH_SECONDS:
                 try:
                     self.db.flush()

@@ -1713,6 +1713,17 @@ def test_a_count_returned_as_a_float_is_told_so():
     assert set(failed) == {"total"} and "`norms` is a float" in failed["total"], failed
 
 
+def test_ln_f_counted_under_the_embeddings_is_named_in_words_that_say_so():
+    """The checks see `embeddings` and `lm_head` only as their sum: ln_f put under `embeddings` was
+    named "ln_f counted under `lm_head`", another place than the one written (the fresh set fresh29h)."""
+    source = BREAKDOWN.format(**{**RIGHT_TERMS, "norms": "L * 4 * d"}).replace(
+        '"embeddings": (config.vocab_size + config.context_length) * d,',
+        '"embeddings": (config.vocab_size + config.context_length) * d + 2 * d,')
+    failed = [r for r in graded_in_worker(UNITS["05_model"], "parameter_breakdown", source) if not r.passed]
+    assert failed and {r.misconception for r in failed} == {"breakdown_ln_f_in_head"}, failed
+    assert all("under `lm_head` (or `embeddings`)" in r.message for r in failed), [r.message for r in failed]
+
+
 CORRECT_GPT = Path(__file__).parent / "submissions" / "05_model" / "correct_loops.py"
 
 

@@ -1710,8 +1710,11 @@ MISCONCEPTIONS = (
         count_and_breakdown_with(ln_f_per_block=True),
     ),
     Misconception(
-        "breakdown_ln_f_in_head", "ln_f counted under `lm_head` instead of `norms`",
-        "`norms` holds every LayerNorm, ln_f included; `lm_head` only the output layer's own weight.",
+        # The checks see `embeddings` and `lm_head` only as their sum (a tied head has no count of
+        # its own), so ln_f put under either is this mistake.
+        "breakdown_ln_f_in_head", "ln_f counted under `lm_head` (or `embeddings`) instead of `norms`",
+        "`norms` holds every LayerNorm, ln_f included; `embeddings` only token_emb and pos_emb, `lm_head` "
+        "only the output layer's own weight.",
         {"parameter_breakdown": breakdown_with(ln_f_in_head=True)},
     ),
     Misconception(

@@ -1806,6 +1806,18 @@ def test_a_cached_limit_that_leaves_out_the_prompt_is_named_as_an_incomplete_che
     assert "max_new_tokens alone, without the prompt's T" in limit.message, limit.message
 
 
+def test_a_cached_limit_one_token_late_is_named_in_words_that_cover_it():
+    """`T + max_new_tokens - 1 > context_length` lets one position over through, as no check does on the
+    check's request: it was named with words of a missing check only (the fresh set fresh29h's 06/17)."""
+    source = CORRECT_CACHED.read_text()
+    old = "if idx.shape[1] + max_new_tokens > model.config.context_length:"
+    late = "if idx.shape[1] + max_new_tokens - 1 > model.config.context_length:"
+    results = graded_in_worker(UNITS["06_generation"], "generate_cached", source.replace(old, late))
+    limit = next(r for r in results if r.name == "generate_cached/context_limit")
+    assert limit.misconception == "cache_no_limit_check", limit.message
+    assert "lets one position over through" in limit.message, limit.message
+
+
 SOFTMAX_HANDED = ("what is handed to sample_next", "from softmax(logits)")
 
 

@@ -1817,11 +1817,13 @@ MISCONCEPTIONS = (
         {"generate_cached": cached_with(prefill_unmasked=True)},
     ),
     Misconception(
+        # The check asks for one position over the limit: a check one token late lets it through too.
         "cache_no_limit_check", "no check of T + max_new_tokens against context_length before generating with the "
-        "cache, or one that leaves a part out (max_new_tokens alone, without the prompt's T)",
+        "cache, or one that leaves a part out (max_new_tokens alone, without the prompt's T) or lets one position "
+        "over through (T + max_new_tokens - 1 compared with the limit)",
         "Check the total, T + max_new_tokens (the prompt's length included), against model.config.context_length up "
-        "front and raise a ValueError naming it: with no check, or one of max_new_tokens alone, a run past the limit "
-        "goes on until pos_emb's table runs out (or not at all, one position over).",
+        "front and raise a ValueError naming it when it is larger: with no check, or one of max_new_tokens alone, a "
+        "run past the limit goes on until pos_emb's table runs out (or not at all, one position over).",
         {"generate_cached": cached_with(no_limit_check=True)},
     ),
     Misconception(

@@ -2602,3 +2602,45 @@ def test_a_slip_found_by_the_fresh_set_fresh29g_in_unit_08_is_told_its_step(part
         assert f"{part_name}/{check}" in failed and told in failed[f"{part_name}/{check}"], failed
     else:
         assert any(told in message for message in failed.values()), failed
+
+
+@pytest.mark.parametrize("old, new, told", [
+    # the fresh set fresh29h's 05/25 and 05/33: pairs read from the two halves, written side by side
+    ("a, b = x[..., 0::2], x[..., 1::2]", "a, b = x[..., : d // 2], x[..., d // 2 :]",
+     "pair i is read from columns i and i + d/2"),
+    # another order of the columns at position 0: each pair written back swapped
+    ("return torch.stack((a * cos - b * sin, a * sin + b * cos), dim=-1).flatten(-2)",
+     "return torch.stack((a * sin + b * cos, a * cos - b * sin), dim=-1).flatten(-2)",
+     "x's columns in another order"),
+])
+def test_rope_whose_columns_move_at_position_0_is_told_the_pairing(old, new, told):
+    """rope reading pair i from columns i and i + d/2 but writing it to 2i, 2i + 1 was told only "position 0"
+    (the fresh set fresh29h's 05/25, 05/33): on x = [1, 2, ..., d] the columns it moves are read."""
+    unit = UNITS["05_model"]
+    part = unit.part("rope")
+    assert old in ROPE
+    where = located(unit, part, reference_with(unit, ROPE.replace(old, new)))
+    assert where is not None and where.startswith("the pairs.") and told in where, where
+
+
+@pytest.mark.parametrize("after, told", [(1, "after the first block"), (2, "after the last block"),
+                                         (None, "after ln_f, just before lm_head")])
+def test_a_gpt_adding_the_positions_later_in_the_stream_is_told_where(after, told):
+    """pos_emb added after the first block was told as "the blocks" (the fresh set fresh29h's 05/17): with the
+    blocks silenced it does not show, so with them on the stream with the positions added later is tried."""
+    unit = UNITS["05_model"]
+    reference = load_reference(unit.name)
+
+    class Late(reference.GPT):
+        def forward(self, idx):
+            positions = self.pos_emb(torch.arange(idx.shape[1]))
+            x = self.token_emb(idx)
+            for k, block in enumerate(self.blocks):
+                x = block(x)
+                if k + 1 == after:
+                    x = x + positions
+            x = self.ln_f(x)
+            return self.lm_head(x + positions if after is None else x)
+
+    where = located(unit, unit.part("GPT"), dict(vars(reference), GPT=Late))
+    assert where is not None and where.startswith("the position embedding's place.") and told in where, where

@@ -975,6 +975,31 @@ def locate_sinusoid(call) -> str | None:
     return None
 
 
+def _rope_columns_at_zero(call, T: int, d: int) -> str | None:
+    """At position 0 rope is the identity: on x = [1, 2, ..., d] an output that is x's columns in another
+    order tells which columns the answer reads a pair from and where it writes the pair back."""
+    values = np.arange(1, d + 1, dtype=np.float64)
+    distinct = torch.from_numpy(np.broadcast_to(values, (1, T, d)).copy())
+    got = as_array(call(distinct.clone()))
+    if got is None or got.shape != (1, T, d):
+        return None
+    row = got[0, 0]
+    order = [next((int(k) for k in range(d) if abs(row[j] - values[k]) < 1e-6), None) for j in range(d)]
+    if None in order or sorted(order) != list(range(d)) or order == list(range(d)):
+        return None
+    halves_side_by_side = np.stack([np.arange(d // 2), np.arange(d // 2) + d // 2], axis=-1).ravel().tolist()
+    pairs = (f"At position 0 every angle is 0, so rope leaves x as it is; on x = {shown(values)} yours gives "
+             f"{shown(row)}")
+    if order == halves_side_by_side:
+        return (f"the pairs. {pairs}: pair i is read from columns i and i + d/2 (the two halves, x[..., :d//2] and "
+                "x[..., d//2:]) but written back side by side to columns 2i and 2i + 1. Pair i is the columns "
+                "(2i, 2i + 1), side by side: read a = x[..., 0::2], b = x[..., 1::2], and write each back to the "
+                "columns it came from")
+    return (f"the pairs. {pairs}, x's columns in another order (column j of yours holds x's column {order}[j]): a "
+            "pair is written back to other columns than it was read from. Pair i is the columns (2i, 2i + 1): read "
+            "a = x[..., 0::2], b = x[..., 1::2], and write each back to the same columns")
+
+
 def locate_rope(call) -> str | None:
     T, d = 5, 8
     pairs = np.arange(d // 2)
@@ -989,6 +1014,9 @@ def locate_rope(call) -> str | None:
             return (f"the pairs. At position 0 every angle is 0, so rope leaves x as it is; on x = [1, 0, 1, 0, ...] "
                     f"yours gives {shown(got[0, 0])}: the turned pairs are written back as two halves. Write a pair "
                     "back to the columns it came from: out[..., 0::2], out[..., 1::2]")
+        moved_columns = _rope_columns_at_zero(call, T, d)
+        if moved_columns is not None:
+            return moved_columns
         return (f"position 0. At position 0 every angle is 0, so rope leaves x as it is; on x = [1, 0, 1, 0, ...] "
                 f"yours gives {shown(got[0, 0])}")
     single = torch.zeros(1, T, d, dtype=torch.float64)
@@ -1084,6 +1112,29 @@ def _reference_stream_logits(fields: dict, state: dict, idx, order: str):
         return model.lm_head(x).numpy()
 
 
+def _reference_late_positions_logits(fields: dict, state: dict, idx, after: int | None):
+    """The reference GPT's logits with pos_emb added to the stream after `after` blocks (None: after ln_f, just
+    before lm_head), not at the start with token_emb."""
+    import types
+
+    model = ref().GPT(types.SimpleNamespace(**fields))
+    model.load_state_dict(state)
+    model.eval()
+    with torch.no_grad():
+        positions = model.pos_emb(torch.arange(idx.shape[1]))
+        x = model.token_emb(idx)
+        for k, block in enumerate(model.blocks):
+            if k == after:
+                x = x + positions
+            x = block(x)
+        if after == len(model.blocks):
+            x = x + positions
+        x = model.ln_f(x)
+        if after is None:
+            x = x + positions
+        return model.lm_head(x).numpy()
+
+
 BLOCK_CHAINS = (  # (how the stream went, what it should do)
     ("ln_f first", "the final norm's place", "yours apply ln_f before the blocks; it comes after the last block, just "
      "before lm_head"),
@@ -1121,6 +1172,11 @@ def locate_gpt(api) -> str | None:
             ("the positions", _reference_logits(fields, shifted, idx), "yours count the positions from 1: position t "
              "is pos_emb row t, t = 0..T-1"),
             ("the final norm", stream @ state["lm_head.weight"].numpy().T, "yours skip ln_f before lm_head"),
+            ("the position embedding's place", (F.layer_norm(state["token_emb.weight"][idx], (fields["d_model"],),
+                                                             state["ln_f.weight"], state["ln_f.bias"], 1e-5)
+                                                + state["pos_emb.weight"][:idx.shape[1]]).numpy()
+             @ state["lm_head.weight"].numpy().T, "yours add pos_emb(positions) after ln_f, just before lm_head: "
+             "the stream starts as token_emb(idx) + pos_emb(torch.arange(T)), before the first block"),
             ("the output", torch.softmax(torch.from_numpy(want), dim=-1).numpy(), "yours returns probabilities: "
              "forward returns the logits, before any softmax"),
         )
@@ -1139,6 +1195,17 @@ def locate_gpt(api) -> str | None:
                 if np.allclose(got, _reference_stream_logits(fields, state, idx, order), rtol=1e-4, atol=1e-5):
                     return (f"{step}. With the blocks silenced your logits are right; with them on they are those of "
                             f"a GPT whose stream goes another way: {told}")
+            for after in range(1, fields["n_layers"] + 1):
+                if np.allclose(got, _reference_late_positions_logits(fields, state, idx, after), rtol=1e-4, atol=1e-5):
+                    where = ("after the last block" if after == fields["n_layers"] else
+                             "after the first block (which sees the tokens without their positions)" if after == 1
+                             else f"after block {after - 1} (the first {after} blocks see the tokens without their "
+                             "positions)")
+                    return ("the position embedding's place. With the blocks silenced your logits are right (the "
+                            "blocks then pass the stream through, so where pos_emb is added does not show); with "
+                            f"them on they are those of a GPT that adds pos_emb(positions) {where}: the stream "
+                            "starts as token_emb(idx) + pos_emb(torch.arange(T)), before the first block, so that "
+                            "every block sees the positions")
         by = f"{float(np.abs(got - want).max()):.3g}" if got is not None and got.shape == want.shape else "all"
         return (f"the blocks. With the blocks silenced your logits are right; with them on they differ by up to "
                 f"{by}: the "

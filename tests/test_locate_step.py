@@ -2644,3 +2644,30 @@ def test_a_gpt_adding_the_positions_later_in_the_stream_is_told_where(after, tol
 
     where = located(unit, unit.part("GPT"), dict(vars(reference), GPT=Late))
     assert where is not None and where.startswith("the position embedding's place.") and told in where, where
+
+
+def test_a_gpt_whose_blocks_ignore_d_ff_is_told_the_width():
+    """A GPT building its blocks without config.d_ff got only a bare shape difference (the fresh set
+    fresh29h's 05/15): the feed-forward's width, 4 * d_model where d_ff is given, is now told."""
+    old = "TransformerBlock(config.d_model, config.n_heads, config.d_ff)"
+    source = CORRECT_GPT.read_text()
+    assert old in source
+    results = {r.name: r for r in graded_in_worker(UNITS["05_model"], "GPT", source.replace(
+        old, "TransformerBlock(config.d_model, config.n_heads)"))}
+    message = results["GPT/untied_parameters"].message
+    assert not results["GPT/untied_parameters"].passed and "4 * d_model, the default, though config.d_ff = 20" \
+        in message and "TransformerBlock(d_model, n_heads, d_ff)" in message, message
+
+
+def test_a_count_missing_biases_in_two_places_is_told_the_block_pieces():
+    """A count with one attention bias of four and fc1's bias of d_model got only totals (the fresh set
+    fresh29h's 05/32): one more layer's increase, read at several d_model and d_ff, says which pieces."""
+    old, new = ("per_block_attention = 4 * (d * d + d)", "per_block_attention = 4 * d * d + d")
+    old2, new2 = ("per_block_ffn = (d * d_ff + d_ff)", "per_block_ffn = (d * d_ff + d)")
+    source = CORRECT_GPT.read_text()
+    assert old in source and old2 in source
+    results = {r.name: r for r in graded_in_worker(UNITS["05_model"], "count_parameters",
+                                                   source.replace(old, new).replace(old2, new2))}
+    message = results["count_parameters/block"].message
+    assert "the block's pieces." in message and "7 vectors of d_model where a block has 9" in message \
+        and "0 vectors of d_ff where a block has 1 (fc1's bias)" in message, message

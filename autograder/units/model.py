@@ -60,7 +60,7 @@ def graded() -> Unit:
     called at the end of the module, once all of it is defined."""
     COUNT_CHECKS = tuple(
         Check(name, what, points, count_inputs(COUNT_BASE, should_be=should_be, term_name=name), tol=EXACT,
-              probe=term_probe(measure))
+              probe=term_probe(measure, pieces=name == "block"))
         for name, (points, what, measure, should_be) in TERMS.items()
     ) + (
         Check("gpt2_small", "GPT-2 small (vocab 50257, context 1024, 12 layers, d_model 768, 12 heads): exactly", 0.5,
@@ -229,11 +229,32 @@ def diagnose(result, expected, inputs: Inputs, tol: Tolerance) -> str | None:
         if not isinstance(result, dict) or result.get("tied") != expected["tied"]:
             want = "share token_emb's weight" if expected["tied"] else "have a weight of its own"
             return f"with tie_weights={expected['tied']}, lm_head should {want}"
-        return diagnose_tensors(result.get("parameters"), expected["parameters"], inputs, tol)
+        return (_ffn_width_differs(result.get("parameters"), expected["parameters"], inputs)
+                or diagnose_tensors(result.get("parameters"), expected["parameters"], inputs, tol))
     if isinstance(expected, torch.Tensor) and isinstance(result, torch.Tensor) and result.dtype != expected.dtype \
             and all(isinstance(a, int) for a in inputs.args):  # a table made from sizes alone
         return f"the table has dtype {result.dtype}, expected {expected.dtype} (convert it with .float() at the end)"
     return diagnose_tensors(result, expected, inputs, tol)
+
+
+def _ffn_width_differs(result, expected, inputs: Inputs) -> str | None:
+    """The blocks' feed-forward built another width than config.d_ff (4 * d_model where d_ff is given, say)."""
+    fields = inputs.kwargs.get("fields")
+    got = result.get("parameters") if isinstance(result, dict) else None
+    want = expected.get("parameters") if isinstance(expected, dict) else None
+    if not isinstance(fields, dict) or not isinstance(got, dict) or not isinstance(want, dict):
+        return None
+    d, d_ff = fields["d_model"], fields.get("d_ff") or 4 * fields["d_model"]
+    name = "blocks.0.ffn.fc1.weight"
+    shape = got.get(name)
+    if name not in want or not isinstance(shape, list) or len(shape) != 2 or shape[1] != d or shape[0] == d_ff:
+        return None
+    width = shape[0]
+    because = (f" = 4 * d_model, the default, though config.d_ff = {d_ff} is given" if width == 4 * d
+               and fields.get("d_ff") is not None else "")
+    return (f"`{name}` has shape {tuple(shape)}, expected {(d_ff, d)}: the blocks' feed-forward is {width} wide"
+            f"{because}. The width is config.d_ff (4 * d_model only where d_ff is None): pass it on to each "
+            "block, TransformerBlock(d_model, n_heads, d_ff)")
 
 
 def diagnose_breakdown(result, expected, inputs: Inputs) -> str | None:
@@ -599,9 +620,35 @@ TERMS = {
 }
 
 
-def term_probe(measure):
+# A block's count as a sum of pieces: d_model x d_model matrices, d_model x d_ff matrices, vectors of d_model,
+# vectors of d_ff and single numbers, read from one more layer's increase at several (d_model, d_ff).
+BLOCK_PIECES = (("d_model x d_model matrices", "the weights of q_proj, k_proj, v_proj and out_proj"),
+                ("d_model x d_ff matrices", "fc1's and fc2's weights"),
+                ("vectors of d_model", "the biases of q_proj, k_proj, v_proj, out_proj and fc2, and ln1's and ln2's "
+                 "weight and bias"),
+                ("vectors of d_ff", "fc1's bias"),
+                ("single numbers", "a block has none"))
+BLOCK_PIECES_RIGHT = (4, 2, 9, 1, 0)
+PIECE_SIZES = ((8, 19), (8, 23), (10, 19), (12, 19), (12, 29), (16, 21))
+
+
+def _block_pieces(count, fields: dict) -> list[int] | None:
+    """How many of each of BLOCK_PIECES one more layer adds, where a whole number of each fits every size."""
+    rows, added = [], []
+    for d, f in PIECE_SIZES:
+        rows.append([d * d, d * f, d, f, 1])
+        added.append(count(n_layers=fields["n_layers"] + 1, d_model=d, d_ff=f) - count(d_model=d, d_ff=f))
+    solved = np.linalg.lstsq(np.array(rows, dtype=np.float64), np.array(added, dtype=np.float64), rcond=None)[0]
+    pieces = [round(float(v)) for v in solved]
+    if not np.allclose(np.array(rows) @ np.array(pieces), added, atol=1e-6):
+        return None
+    return pieces
+
+
+def term_probe(measure, pieces: bool = False):
     """{"term": measure(count, fields)}, count(**changes) being the student's count_parameters of
-    the check's configuration with those fields changed; or the first result that is not a number."""
+    the check's configuration with those fields changed; or the first result that is not a number.
+    With `pieces`, also one more layer's increase read as BLOCK_PIECES ("pieces")."""
 
     def probe(api, inputs: Inputs):
         fields = inputs.kwargs["fields"]
@@ -613,7 +660,13 @@ def term_probe(measure):
             return int(value) if float(value).is_integer() else float(value)
 
         try:
-            return {"term": measure(count, fields)}
+            term = {"term": measure(count, fields)}
+            if pieces:
+                try:
+                    term["pieces"] = _block_pieces(count, fields)
+                except (ProbeFailed, _NotANumber, TypeError, ValueError):
+                    term["pieces"] = None
+            return term
         except _NotANumber as odd:
             return odd.value
 
@@ -654,6 +707,13 @@ def diagnose_term(result, expected, inputs: Inputs) -> str | None:
         explanation = explain_count_difference({"the configuration checked": (got, want, config)}, kinds)
         if explanation:
             return f"{problem}. Where it goes wrong: {explanation}"
+    pieces = result.get("pieces")
+    if term_name == "block" and isinstance(pieces, list) and len(pieces) == len(BLOCK_PIECES) \
+            and list(pieces) != list(BLOCK_PIECES_RIGHT):
+        told = "; ".join(f"{theirs} {name} where a block has {right} ({what})" for (name, what), theirs, right
+                         in zip(BLOCK_PIECES, pieces, BLOCK_PIECES_RIGHT, strict=True) if theirs != right)
+        return (f"{problem}. Where it goes wrong: the block's pieces. Read at several d_model and d_ff, one more "
+                f"layer adds in yours {told}: count each of these pieces once a block")
     return problem
 
 

@@ -524,6 +524,16 @@ CACHED_SLIPS = {
     "a cache kept between calls": (
         ("cache = [None] * len(model.blocks)", "cache = KEPT.setdefault('cache', [None] * len(model.blocks))"),
         "block 0's attention, on a second call", "kept from one call to the next"),
+    # the fresh set fresh29h's 06/24: a batch's new tokens fed as nxt.view(1, -1), blamed on the positions
+    "the batch's new tokens fed as one row": (
+        ("_step(model, out[:, -1:], out.shape[1] - 1, cache)",
+         "_step(model, out[:, -1].view(1, -1), out.shape[1] - 1, cache)"),
+        "the shape of the tokens fed. In the forward step that fed new token 1", "given ids of shape (1, 2)"),
+    # 06/28: the temperature not passed on to sample_next, blamed on the tokens fed
+    "the temperature not passed on": (
+        ("sample_next(logits, temperature, top_k, generator)[:, None]",
+         "sample_next(logits, top_k=top_k, generator=generator)[:, None]"),
+        "the token chosen after", "pass temperature"),
 }
 CORRECT_CACHED = Path(__file__).parent / "submissions" / "06_generation" / "correct_concat_cache.py"
 

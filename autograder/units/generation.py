@@ -1058,6 +1058,11 @@ def locate_cached(api) -> str | None:
             api.call("generate_cached", model, prompt, LOCATE_NEW, temperature=0)
         except ProbeFailed as failed:
             if call == 0:
+                # the calls made before it raised: a batch's tokens fed along the sequence show there
+                found = replay_cached(api.watched(model), prompt, fields)
+                if found is not None and found[0].startswith("the shape of the tokens fed"):
+                    step, _, where = found[0].partition(", in ")
+                    return f"{step}. In {where}: {found[1]}"
                 return _batch_of_one(api, fields, state, prompt, failed.outcome)
             raise
         records = api.watched(model)
@@ -1197,6 +1202,15 @@ def replay_cached(records, prompt, fields: dict) -> tuple[str, str] | None:
             return (f"the embeddings, in {_step_name(fed, 1, T0)}",
                     f"the grader saw no call of `model.{missing}` in this step: look the tokens and the positions up "
                     "with the model's modules")
+        shape = tuple(ids["input"].shape)
+        if B > 1 and len(shape) == 2 and shape[0] != B:
+            # the batch's tokens laid out along the sequence (a (1, B) view of the B new tokens, say)
+            where = _step_name(fed, 1 if fed else T0, T0)
+            along = " as one row, along the sequence, so each is taken for a position" if shape[0] == 1 else ""
+            return (f"the shape of the tokens fed, in {where}", f"`token_emb` was given ids of shape {shape} for a "
+                    f"batch of {B} sequences: the batch's tokens are laid out{along} (the positions and the cache "
+                    f"then go wrong after it). Feed a (B, t) tensor, one row per sequence: the new tokens as a column, "
+                    "(B, 1), e.g. `nxt[:, None]` or `nxt.view(-1, 1)`, not `nxt.view(1, -1)`")
         tokens = ids["input"].long().reshape(B, -1)
         t = tokens.shape[1]
         where = _step_name(fed, t, T0)
@@ -1214,6 +1228,13 @@ def replay_cached(records, prompt, fields: dict) -> tuple[str, str] | None:
             if instead:
                 return (f"the token chosen after {chosen_in}", f"the token fed back is {instead} "
                         "(the prediction for the next token is at the last position)")
+            if t == 1 and fed == sequence.shape[1] - 1 and fed >= T0 and not any(
+                    torch.equal(tokens[:, 0], sequence[:, j]) for j in range(fed)):
+                # not the argmax, nor a token fed before: drawn, as sample_next does at its default temperature
+                return (f"the token chosen after {chosen_in}", f"at temperature 0 the new token is the argmax of the "
+                        f"last position's logits; `token_emb` was given {tokens.tolist()}, expected "
+                        f"{expected.tolist()}, which is not the argmax nor a token of the sequence so far: pass "
+                        "temperature (and top_k, generator) on to sample_next as they were given")
             return (f"the tokens fed, in {where}", f"`token_emb` was given {tokens.tolist()}, expected "
                     f"{expected.tolist() if expected.numel() else 'none (no token had been chosen yet)'}: the prompt, "
                     "then each new token once, as it is chosen")

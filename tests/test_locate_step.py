@@ -1794,12 +1794,19 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
      "scaled = logits if temperature == 1 else logits / temperature\n    if top_k is not None:\n        kth = "
      "torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]\n        scaled[scaled < kth] = "
      "float(\"-inf\")", {"inputs_unchanged_top_k"}, "not modified at temperature 1 with top_k=3"),
+    # fresh29h's 06/05: the dropped logits set to 0, told only that a token outside the top k was drawn
+    ('scaled.masked_fill(scaled < kth, float("-inf"))', "scaled.masked_fill(scaled < kth, 0.0)",
+     {"top_k_one", "top_k_ties", "top_k_three"}, None),
 ])
 def test_a_sampler_slip_is_told_what_it_does(old, new, failing, told):
     assert old in SAMPLER
     results = graded_in_worker(UNITS["06_generation"], "sample_next", SAMPLER.replace(old, new))
     failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
     assert set(failed) == failing, failed
+    if told is None:  # told on the frequencies' checks alone (top_k=1 shows a wrong id, no frequencies)
+        told = "They match the dropped logits set to 0 instead of -inf"
+        assert all(told in message for name, message in failed.items() if name != "top_k_one"), failed
+        return
     assert all(told in message for message in failed.values() if " raised " not in message or "raised" in told), failed
     assert any(told in message for message in failed.values()), failed
 

@@ -662,6 +662,14 @@ def _distribution(rows, temperature: float, top_k, whole_batch: bool = False):
     return torch.softmax(scaled, dim=-1)
 
 
+def _filled(rows, temperature: float, top_k, fill: float):
+    """softmax of rows / temperature whose entries below the k-th largest are set to `fill` (a finite
+    value: those tokens keep a probability exp(fill)-weighted) instead of -inf."""
+    scaled = rows.double() / temperature
+    kth = scaled.sort(dim=-1, descending=True).values[:, min(top_k, rows.shape[1]) - 1:][:, :1]
+    return torch.softmax(torch.where(scaled >= kth, scaled, torch.tensor(fill, dtype=scaled.dtype)), dim=-1)
+
+
 def _fits(counts, probs) -> bool:
     """The counts (R, V) are a plausible draw from probs (R, V): none outside its support, and the
     chi-square test passes."""
@@ -693,6 +701,9 @@ def _draws_reading(counts, expected_probs, inputs: Inputs | None) -> str:
                  "row's own: take the k-th largest along the vocabulary, "
                  "torch.topk(scaled, k, dim=-1).values[:, -1:]"] = \
             _distribution(rows, T, k, whole_batch=True)
+        readings["the dropped logits set to 0 instead of -inf: a logit of 0 still weighs exp(0) = 1 in the softmax, "
+                 "so the tokens outside the top k keep a probability; set them to -inf (masked_fill(scaled < kth, "
+                 "float('-inf')))"] = _filled(rows, T, k, 0.0)
     fits = [sentence for sentence, probs in readings.items()
             if probs is not None and not torch.allclose(probs, expected_probs.double()) and _fits(counts, probs)]
     return f". They match {fits[0]}" if len(fits) == 1 else ""

@@ -494,6 +494,10 @@ GENERATE_SLIPS = {
     "the temperature not passed on": (("sample_next(logits[:, -1], temperature, top_k, generator)",
                                        "sample_next(logits[:, -1], top_k=top_k, generator=generator)"),
                                       "the token chosen at step 1", "pass temperature"),
+    # the fresh set fresh29h's 06/11: the generator not passed on, told only as other tokens
+    "the generator not passed on": (("sample_next(logits[:, -1], temperature, top_k, generator)",
+                                     "sample_next(logits[:, -1], temperature, top_k)"),
+                                    "the call to sample_next", "pass generator on to sample_next"),
 }
 CACHED_SLIPS = {
     "the attention's residual added to ln1(x)": (
@@ -534,6 +538,10 @@ CACHED_SLIPS = {
         ("sample_next(logits, temperature, top_k, generator)[:, None]",
          "sample_next(logits, top_k=top_k, generator=generator)[:, None]"),
         "the token chosen after", "pass temperature"),
+    "the generator not passed on": (
+        ("sample_next(logits, temperature, top_k, generator)[:, None]",
+         "sample_next(logits, temperature, top_k)[:, None]"),
+        "the call to sample_next", "pass generator on to sample_next"),
 }
 CORRECT_CACHED = Path(__file__).parent / "submissions" / "06_generation" / "correct_concat_cache.py"
 

@@ -981,7 +981,17 @@ def sampled_departure(api, name: str, fields: dict, prompt, new: int) -> str | N
     if replay(lambda sample, logits, g: sample(logits, settings["temperature"], settings["top_k"], g)):
         return None
     fits = [reading for reading, draw in _handed_readings(**settings).items() if replay(draw)]
-    return f"{fits[0][0]}. {fits[0][1]}" if len(fits) == 1 else None
+    if len(fits) == 1:
+        return f"{fits[0][0]}. {fits[0][1]}"
+    # The same generation again, from a generator seeded alike: other tokens mean the draws follow
+    # something else than the generator handed over (torch's global random state, most often).
+    again = api.call(name, model, prompt, new, generator=seeded_generator(api, SAMPLED_SEED), **SAMPLED_SETTINGS)
+    if isinstance(again, torch.Tensor) and again.shape == tokens.shape and not torch.equal(again, tokens):
+        return ("the call to sample_next. Two generations from generators seeded alike (the same prompt and "
+                f"settings) gave different tokens: {tokens[:, T:].tolist()}, then {again[:, T:].tolist()}. The draws "
+                "do not come from the generator handed over: pass generator on to sample_next (which passes it to "
+                "torch.multinomial); without it they follow torch's global random state")
+    return None
 
 
 def replay_generate(records, prompt, tokens, context: int, new: int) -> tuple[str, str] | None:

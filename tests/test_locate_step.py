@@ -494,6 +494,10 @@ GENERATE_SLIPS = {
     "the temperature not passed on": (("sample_next(logits[:, -1], temperature, top_k, generator)",
                                        "sample_next(logits[:, -1], top_k=top_k, generator=generator)"),
                                       "the token chosen at step 1", "pass temperature"),
+    # the fresh set fresh29h's 06/11: the generator not passed on, told only as other tokens
+    "the generator not passed on": (("sample_next(logits[:, -1], temperature, top_k, generator)",
+                                     "sample_next(logits[:, -1], temperature, top_k)"),
+                                    "the call to sample_next", "pass generator on to sample_next"),
 }
 CACHED_SLIPS = {
     "the attention's residual added to ln1(x)": (
@@ -524,6 +528,20 @@ CACHED_SLIPS = {
     "a cache kept between calls": (
         ("cache = [None] * len(model.blocks)", "cache = KEPT.setdefault('cache', [None] * len(model.blocks))"),
         "block 0's attention, on a second call", "kept from one call to the next"),
+    # the fresh set fresh29h's 06/24: a batch's new tokens fed as nxt.view(1, -1), blamed on the positions
+    "the batch's new tokens fed as one row": (
+        ("_step(model, out[:, -1:], out.shape[1] - 1, cache)",
+         "_step(model, out[:, -1].view(1, -1), out.shape[1] - 1, cache)"),
+        "the shape of the tokens fed. In the forward step that fed new token 1", "given ids of shape (1, 2)"),
+    # 06/28: the temperature not passed on to sample_next, blamed on the tokens fed
+    "the temperature not passed on": (
+        ("sample_next(logits, temperature, top_k, generator)[:, None]",
+         "sample_next(logits, top_k=top_k, generator=generator)[:, None]"),
+        "the token chosen after", "pass temperature"),
+    "the generator not passed on": (
+        ("sample_next(logits, temperature, top_k, generator)[:, None]",
+         "sample_next(logits, temperature, top_k)[:, None]"),
+        "the call to sample_next", "pass generator on to sample_next"),
 }
 CORRECT_CACHED = Path(__file__).parent / "submissions" / "06_generation" / "correct_concat_cache.py"
 
@@ -1784,12 +1802,19 @@ def sample_next(logits, temperature=1.0, top_k=None, generator=None):
      "scaled = logits if temperature == 1 else logits / temperature\n    if top_k is not None:\n        kth = "
      "torch.topk(scaled, min(top_k, scaled.shape[-1]), dim=-1).values[:, -1:]\n        scaled[scaled < kth] = "
      "float(\"-inf\")", {"inputs_unchanged_top_k"}, "not modified at temperature 1 with top_k=3"),
+    # fresh29h's 06/05: the dropped logits set to 0, told only that a token outside the top k was drawn
+    ('scaled.masked_fill(scaled < kth, float("-inf"))', "scaled.masked_fill(scaled < kth, 0.0)",
+     {"top_k_one", "top_k_ties", "top_k_three"}, None),
 ])
 def test_a_sampler_slip_is_told_what_it_does(old, new, failing, told):
     assert old in SAMPLER
     results = graded_in_worker(UNITS["06_generation"], "sample_next", SAMPLER.replace(old, new))
     failed = {r.name.split("/")[1]: r.message for r in results if not r.passed}
     assert set(failed) == failing, failed
+    if told is None:  # told on the frequencies' checks alone (top_k=1 shows a wrong id, no frequencies)
+        told = "They match the dropped logits set to 0 instead of -inf"
+        assert all(told in message for name, message in failed.items() if name != "top_k_one"), failed
+        return
     assert all(told in message for message in failed.values() if " raised " not in message or "raised" in told), failed
     assert any(told in message for message in failed.values()), failed
 

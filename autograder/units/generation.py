@@ -662,6 +662,14 @@ def _distribution(rows, temperature: float, top_k, whole_batch: bool = False):
     return torch.softmax(scaled, dim=-1)
 
 
+def _filled(rows, temperature: float, top_k, fill: float):
+    """softmax of rows / temperature whose entries below the k-th largest are set to `fill` (a finite
+    value: those tokens keep a probability exp(fill)-weighted) instead of -inf."""
+    scaled = rows.double() / temperature
+    kth = scaled.sort(dim=-1, descending=True).values[:, min(top_k, rows.shape[1]) - 1:][:, :1]
+    return torch.softmax(torch.where(scaled >= kth, scaled, torch.tensor(fill, dtype=scaled.dtype)), dim=-1)
+
+
 def _fits(counts, probs) -> bool:
     """The counts (R, V) are a plausible draw from probs (R, V): none outside its support, and the
     chi-square test passes."""
@@ -693,6 +701,9 @@ def _draws_reading(counts, expected_probs, inputs: Inputs | None) -> str:
                  "row's own: take the k-th largest along the vocabulary, "
                  "torch.topk(scaled, k, dim=-1).values[:, -1:]"] = \
             _distribution(rows, T, k, whole_batch=True)
+        readings["the dropped logits set to 0 instead of -inf: a logit of 0 still weighs exp(0) = 1 in the softmax, "
+                 "so the tokens outside the top k keep a probability; set them to -inf (masked_fill(scaled < kth, "
+                 "float('-inf')))"] = _filled(rows, T, k, 0.0)
     fits = [sentence for sentence, probs in readings.items()
             if probs is not None and not torch.allclose(probs, expected_probs.double()) and _fits(counts, probs)]
     return f". They match {fits[0]}" if len(fits) == 1 else ""
@@ -970,7 +981,17 @@ def sampled_departure(api, name: str, fields: dict, prompt, new: int) -> str | N
     if replay(lambda sample, logits, g: sample(logits, settings["temperature"], settings["top_k"], g)):
         return None
     fits = [reading for reading, draw in _handed_readings(**settings).items() if replay(draw)]
-    return f"{fits[0][0]}. {fits[0][1]}" if len(fits) == 1 else None
+    if len(fits) == 1:
+        return f"{fits[0][0]}. {fits[0][1]}"
+    # The same generation again, from a generator seeded alike: other tokens mean the draws follow
+    # something else than the generator handed over (torch's global random state, most often).
+    again = api.call(name, model, prompt, new, generator=seeded_generator(api, SAMPLED_SEED), **SAMPLED_SETTINGS)
+    if isinstance(again, torch.Tensor) and again.shape == tokens.shape and not torch.equal(again, tokens):
+        return ("the call to sample_next. Two generations from generators seeded alike (the same prompt and "
+                f"settings) gave different tokens: {tokens[:, T:].tolist()}, then {again[:, T:].tolist()}. The draws "
+                "do not come from the generator handed over: pass generator on to sample_next (which passes it to "
+                "torch.multinomial); without it they follow torch's global random state")
+    return None
 
 
 def replay_generate(records, prompt, tokens, context: int, new: int) -> tuple[str, str] | None:
@@ -1058,6 +1079,11 @@ def locate_cached(api) -> str | None:
             api.call("generate_cached", model, prompt, LOCATE_NEW, temperature=0)
         except ProbeFailed as failed:
             if call == 0:
+                # the calls made before it raised: a batch's tokens fed along the sequence show there
+                found = replay_cached(api.watched(model), prompt, fields)
+                if found is not None and found[0].startswith("the shape of the tokens fed"):
+                    step, _, where = found[0].partition(", in ")
+                    return f"{step}. In {where}: {found[1]}"
                 return _batch_of_one(api, fields, state, prompt, failed.outcome)
             raise
         records = api.watched(model)
@@ -1197,6 +1223,15 @@ def replay_cached(records, prompt, fields: dict) -> tuple[str, str] | None:
             return (f"the embeddings, in {_step_name(fed, 1, T0)}",
                     f"the grader saw no call of `model.{missing}` in this step: look the tokens and the positions up "
                     "with the model's modules")
+        shape = tuple(ids["input"].shape)
+        if B > 1 and len(shape) == 2 and shape[0] != B:
+            # the batch's tokens laid out along the sequence (a (1, B) view of the B new tokens, say)
+            where = _step_name(fed, 1 if fed else T0, T0)
+            along = " as one row, along the sequence, so each is taken for a position" if shape[0] == 1 else ""
+            return (f"the shape of the tokens fed, in {where}", f"`token_emb` was given ids of shape {shape} for a "
+                    f"batch of {B} sequences: the batch's tokens are laid out{along} (the positions and the cache "
+                    f"then go wrong after it). Feed a (B, t) tensor, one row per sequence: the new tokens as a column, "
+                    "(B, 1), e.g. `nxt[:, None]` or `nxt.view(-1, 1)`, not `nxt.view(1, -1)`")
         tokens = ids["input"].long().reshape(B, -1)
         t = tokens.shape[1]
         where = _step_name(fed, t, T0)
@@ -1214,6 +1249,13 @@ def replay_cached(records, prompt, fields: dict) -> tuple[str, str] | None:
             if instead:
                 return (f"the token chosen after {chosen_in}", f"the token fed back is {instead} "
                         "(the prediction for the next token is at the last position)")
+            if t == 1 and fed == sequence.shape[1] - 1 and fed >= T0 and not any(
+                    torch.equal(tokens[:, 0], sequence[:, j]) for j in range(fed)):
+                # not the argmax, nor a token fed before: drawn, as sample_next does at its default temperature
+                return (f"the token chosen after {chosen_in}", f"at temperature 0 the new token is the argmax of the "
+                        f"last position's logits; `token_emb` was given {tokens.tolist()}, expected "
+                        f"{expected.tolist()}, which is not the argmax nor a token of the sequence so far: pass "
+                        "temperature (and top_k, generator) on to sample_next as they were given")
             return (f"the tokens fed, in {where}", f"`token_emb` was given {tokens.tolist()}, expected "
                     f"{expected.tolist() if expected.numel() else 'none (no token had been chosen yet)'}: the prompt, "
                     "then each new token once, as it is chosen")

@@ -1045,6 +1045,23 @@ def causal_mask(n):
     assert where is not None and where.startswith("the rows:") and told in where and loop.split(")")[0] in where, where
 
 
+def test_next_token_pairs_that_squeezes_a_batch_of_one_fails_a_check():
+    """np.squeeze(tokens) kept full marks (the fresh set fresh29h's 02/18): no batch of one was tried.
+    The part's total stays 5."""
+    unit = UNITS["02_masking"]
+    part = unit.part("next_token_pairs")
+    assert sum(check.points for check in part.checks) == 5
+    results = graded_in_worker(unit, "next_token_pairs", """
+import numpy as np
+
+def next_token_pairs(tokens):
+    tokens = np.squeeze(np.asarray(tokens))
+    return tokens[..., :-1], tokens[..., 1:]
+""")
+    failed = [r for r in results if not r.passed]
+    assert failed and all("(1, 7)" in r.message for r in failed), [r.message for r in failed]
+
+
 def test_a_sampler_with_another_default_temperature_is_told_its_defaults():
     """temperature=0.8 as the default kept full marks (the fresh set): every check gave a temperature."""
     source = (Path(__file__).parent / "submissions" / "06_generation" / "correct_concat_cache.py").read_text()

@@ -79,8 +79,11 @@ def graded() -> Unit:
                 Check("batch", "a batch of 3 sequences of 9 tokens (ids stay integers)", 1, token_inputs((3, 9)),
                       tol=RequireDtype(0.0, 0.0)),
                 Check("two_batch_axes", "tokens of shape (2, 3, 6)", 1, token_inputs((2, 3, 6)), tol=EXACT),
-                Check("shortest", "a batch of 4 sequences of 2 tokens (one pair each)", 1, token_inputs((4, 2)),
+                Check("shortest", "a batch of 4 sequences of 2 tokens (one pair each)", 0.5, token_inputs((4, 2)),
                       tol=EXACT),
+                # a batch of one keeps its batch axis: np.squeeze (or reshape(-1)) drops it
+                Check("batch_of_one", "a batch of one sequence: tokens (1, 8), and each pair keeps the batch axis",
+                      0.5, token_inputs((1, 8)), tol=EXACT),
                 # two batch axes: a shape set on the caller's array (tokens.shape = (-1, n)) shows
                 Check("inputs_unchanged", "the tokens (2, 3, 5) are not modified, nor their shape", 1,
                       token_inputs((2, 3, 5)), kind="unchanged"),

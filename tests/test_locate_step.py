@@ -644,6 +644,29 @@ def test_slips_in_multi_head_attention_are_told_their_step(slip, step):
     assert where is not None and where.startswith(step), where
 
 
+@pytest.mark.parametrize(("scale", "second"), [("np.sqrt(x.shape[-1])", "the scale."), ("np.sqrt(q.shape[-1])", None)])
+def test_mha_without_w_o_and_a_second_slip_is_told_both(scale, second):
+    """W_o left out and the scores divided by sqrt(d_model) (the fresh set fresh29h's 03/28): only the
+    projection was told, though the later steps, whose W_o is the identity, show the scale as well."""
+    unit = UNITS["03_multihead"]
+    namespace = reference_with(unit, f"""
+def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
+    q, k, v = (split_heads(x @ W, n_heads) for W in (W_q, W_k, W_v))
+    scores = q @ np.swapaxes(k, -1, -2) / {scale}
+    if causal:
+        n = x.shape[-2]
+        scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return merge_heads((e / e.sum(axis=-1, keepdims=True)) @ v)
+""")
+    where = located(unit, unit.part("multi_head_attention"), namespace)
+    assert where is not None and where.startswith("the output projection."), where
+    if second is None:
+        assert "A second step" not in where, where
+    else:
+        assert f"A second step is wrong as well, {second}" in where and "sqrt(d_model)" in where, where
+
+
 def test_values_made_with_k_proj_are_told_as_the_values():
     """Once told as the softmax (the fresh set): with q_proj = k_proj = 0 such values are 0."""
     unit = UNITS["04_block"]

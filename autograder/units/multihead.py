@@ -525,6 +525,16 @@ def locate_merge_heads(call) -> str | None:
 
 
 def locate_multi_head_attention(call) -> str | None:
+    """The first step that is wrong; past a wrong output projection the later steps (whose W_o is the
+    identity, where a missing or transposed W_o does not show) are read too, and a second wrong one told."""
+    first = _locate_mha(call)
+    if first is None or not first.startswith("the output projection."):
+        return first
+    second = _locate_mha(call, past_projection=True)
+    return f"{first}. A second step is wrong as well, {second}" if second else first
+
+
+def _locate_mha(call, past_projection=False) -> str | None:
     n = d_model = 8  # x = I (8, 8): each position is one column, so the output shows the weights
     heads, d_head = 2, 4
     x, eye, zero = np.eye(n), np.eye(d_model), np.zeros((d_model, d_model))
@@ -559,7 +569,7 @@ def locate_multi_head_attention(call) -> str | None:
     xs = np.diag(np.arange(1.0, n + 1))  # rows of x scaled: the mean is diag / n
     got = as_array(call(xs, zero, zero, eye, perm, heads, causal=False))
     mean = np.tile(np.arange(1.0, n + 1) / n, (n, 1))
-    if not np.allclose(got, mean @ perm, atol=1e-9):
+    if not past_projection and not np.allclose(got, mean @ perm, atol=1e-9):
         for what, value in (("not applied", mean), ("transposed (W_o.T; is every weight used as x @ W, not "
                                                   "x @ W.T?)", mean @ perm.T)):
             if got is not None and np.allclose(got, value, atol=1e-9):

@@ -667,6 +667,18 @@ def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
         assert f"A second step is wrong as well, {second}" in where and "sqrt(d_model)" in where, where
 
 
+def test_a_flop_count_in_multiply_adds_and_a_projection_short_is_read_as_both():
+    """Multiply-adds (no 2) and three projections (the fresh set fresh29h's 03/29) got only the ratio."""
+    results = graded_in_worker(UNITS["03_multihead"], "attention_flops", """
+def attention_flops(n, d_model, n_heads):
+    d_head = d_model // n_heads
+    return 3 * n * d_model * d_model + n_heads * 2 * n * n * d_head
+""")
+    failed = [r for r in results if not r.passed]
+    assert failed and all("multiply-adds" in r.message and "a projection left out" in r.message
+                          for r in failed), [r.message for r in failed]
+
+
 def test_values_made_with_k_proj_are_told_as_the_values():
     """Once told as the softmax (the fresh set): with q_proj = k_proj = 0 such values are 0."""
     unit = UNITS["04_block"]

@@ -322,6 +322,13 @@ def diagnose_count(result, expected, inputs: Inputs, tol: Tolerance) -> str | No
     if floated:
         problem += " (and it came back as a float: divide with `//`, not `/`)"
     explanation = explain_flops_difference(result - expected, n, d_model, n_heads)
+    if explanation is None and 2 * result != expected:
+        # counted in multiply-adds (no 2 anywhere) and off besides: read the doubled count as pieces
+        doubled = explain_flops_difference(2 * result - expected, n, d_model, n_heads)
+        if doubled is not None:
+            explanation = (f"two things. Every product is counted in multiply-adds, without the 2 ((a, b) @ (b, c) "
+                           f"is abc multiply-adds but 2abc FLOPs): doubled, yours is {2 * result:,.0f}, and still "
+                           f"off, as {doubled}")
     return f"{problem}. Where it goes wrong: {explanation}" if explanation else problem
 
 

@@ -662,6 +662,41 @@ def test_slips_in_multi_head_attention_are_told_their_step(slip, step):
     assert where is not None and where.startswith(step), where
 
 
+@pytest.mark.parametrize(("scale", "second"), [("np.sqrt(x.shape[-1])", "the scale."), ("np.sqrt(q.shape[-1])", None)])
+def test_mha_without_w_o_and_a_second_slip_is_told_both(scale, second):
+    """W_o left out and the scores divided by sqrt(d_model) (the fresh set fresh29h's 03/28): only the
+    projection was told, though the later steps, whose W_o is the identity, show the scale as well."""
+    unit = UNITS["03_multihead"]
+    namespace = reference_with(unit, f"""
+def multi_head_attention(x, W_q, W_k, W_v, W_o, n_heads, causal=True):
+    q, k, v = (split_heads(x @ W, n_heads) for W in (W_q, W_k, W_v))
+    scores = q @ np.swapaxes(k, -1, -2) / {scale}
+    if causal:
+        n = x.shape[-2]
+        scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return merge_heads((e / e.sum(axis=-1, keepdims=True)) @ v)
+""")
+    where = located(unit, unit.part("multi_head_attention"), namespace)
+    assert where is not None and where.startswith("the output projection."), where
+    if second is None:
+        assert "A second step" not in where, where
+    else:
+        assert f"A second step is wrong as well, {second}" in where and "sqrt(d_model)" in where, where
+
+
+def test_a_flop_count_in_multiply_adds_and_a_projection_short_is_read_as_both():
+    """Multiply-adds (no 2) and three projections (the fresh set fresh29h's 03/29) got only the ratio."""
+    results = graded_in_worker(UNITS["03_multihead"], "attention_flops", """
+def attention_flops(n, d_model, n_heads):
+    d_head = d_model // n_heads
+    return 3 * n * d_model * d_model + n_heads * 2 * n * n * d_head
+""")
+    failed = [r for r in results if not r.passed]
+    assert failed and all("multiply-adds" in r.message and "a projection left out" in r.message
+                          for r in failed), [r.message for r in failed]
+
+
 def test_values_made_with_k_proj_are_told_as_the_values():
     """Once told as the softmax (the fresh set): with q_proj = k_proj = 0 such values are 0."""
     unit = UNITS["04_block"]
@@ -1020,6 +1055,66 @@ def causal_self_attention(x, W_q, W_k, W_v):
     assert where is not None and where.startswith("the scale:") and read in where, where
 
 
+@pytest.mark.parametrize("product, step", [
+    ("k @ np.swapaxes(q, -1, -2)", "the scores."),  # the fresh set fresh29h's 02/10: K Qᵀ
+    ("(x @ W_k) @ np.swapaxes(k, -1, -2)", None),  # queries made with W_k: not the scores' order
+])
+def test_causal_self_attention_with_keys_times_queries_is_told_the_scores(product, step):
+    """K Qᵀ got only "the output differs": every probe had W_q = W_k (or zero), where the scores are
+    symmetric; one query and one key at different positions show which way round they are."""
+    unit = UNITS["02_masking"]
+    namespace = reference_with(unit, f"""
+def causal_self_attention(x, W_q, W_k, W_v):
+    q, k, v = x @ W_q, x @ W_k, x @ W_v
+    scores = {product} / np.sqrt(k.shape[-1])
+    n = x.shape[-2]
+    scores = np.where(np.tril(np.ones((n, n), dtype=bool)), scores, -np.inf)
+    e = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)) @ v
+""")
+    where = located(unit, unit.part("causal_self_attention"), namespace)
+    if step is None:
+        assert where is None or not where.startswith("the scores."), where
+    else:
+        assert where is not None and where.startswith(step) and "K Qᵀ" in where, where
+
+
+@pytest.mark.parametrize("loop, told", [
+    ("range(n - 1)", "row 3 is [False, False, False, False]"),  # the fresh set fresh29h's 02/04
+    ("range(1, n)", "row 0 is [False, False, False, False]"),
+])
+def test_a_causal_mask_loop_that_misses_a_row_is_told_which_row(loop, told):
+    """A loop that left the last row out got only "a pattern that is not made of whole diagonals"."""
+    unit = UNITS["02_masking"]
+    namespace = reference_with(unit, f"""
+def causal_mask(n):
+    mask = np.zeros((n, n), dtype=bool)
+    for i in {loop}:
+        for j in range(i + 1):
+            mask[i, j] = True
+    return mask
+""")
+    where = located(unit, unit.part("causal_mask"), namespace)
+    assert where is not None and where.startswith("the rows:") and told in where and loop.split(")")[0] in where, where
+
+
+def test_next_token_pairs_that_squeezes_a_batch_of_one_fails_a_check():
+    """np.squeeze(tokens) kept full marks (the fresh set fresh29h's 02/18): no batch of one was tried.
+    The part's total stays 5."""
+    unit = UNITS["02_masking"]
+    part = unit.part("next_token_pairs")
+    assert sum(check.points for check in part.checks) == 5
+    results = graded_in_worker(unit, "next_token_pairs", """
+import numpy as np
+
+def next_token_pairs(tokens):
+    tokens = np.squeeze(np.asarray(tokens))
+    return tokens[..., :-1], tokens[..., 1:]
+""")
+    failed = [r for r in results if not r.passed]
+    assert failed and all("(1, 7)" in r.message for r in failed), [r.message for r in failed]
+
+
 def test_a_sampler_with_another_default_temperature_is_told_its_defaults():
     """temperature=0.8 as the default kept full marks (the fresh set): every check gave a temperature."""
     source = (Path(__file__).parent / "submissions" / "06_generation" / "correct_concat_cache.py").read_text()
@@ -1175,6 +1270,9 @@ NEW_ID_RIGHT = ("NEW_ID", "255 + len(merges)")  # merges.append(pair) came first
      "counting the pairs", "each distinct pair counted once per chunk"),
     ("train_bpe", [NEW_ID_RIGHT, ("            i += 2", "            i += 1")], "replacing the pair",
      "second id kept"),
+    # the fresh set fresh29h's 08/04: the tie-break is right, but it compares bytes made the wrong way round
+    ("train_bpe", [NEW_ID_RIGHT, ("table[pair[0]] + table[pair[1]]", "table[pair[1]] + table[pair[0]]")],
+     "the new token's bytes", "vocab[b] + vocab[a], the halves swapped"),
     ("encode", [NEW_ID_RIGHT, ("list(chunk.encode(\"utf-8\"))", "[ord(c) for c in chunk]")], "the bytes",
      "code points"),
     ("encode", [NEW_ID_RIGHT, ("while len(seq) >= 2:", "while len(seq) > 2:")], "the merge loop's end",

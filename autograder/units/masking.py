@@ -79,8 +79,11 @@ def graded() -> Unit:
                 Check("batch", "a batch of 3 sequences of 9 tokens (ids stay integers)", 1, token_inputs((3, 9)),
                       tol=RequireDtype(0.0, 0.0)),
                 Check("two_batch_axes", "tokens of shape (2, 3, 6)", 1, token_inputs((2, 3, 6)), tol=EXACT),
-                Check("shortest", "a batch of 4 sequences of 2 tokens (one pair each)", 1, token_inputs((4, 2)),
+                Check("shortest", "a batch of 4 sequences of 2 tokens (one pair each)", 0.5, token_inputs((4, 2)),
                       tol=EXACT),
+                # a batch of one keeps its batch axis: np.squeeze (or reshape(-1)) drops it
+                Check("batch_of_one", "a batch of one sequence: tokens (1, 8), and each pair keeps the batch axis",
+                      0.5, token_inputs((1, 8)), tol=EXACT),
                 # two batch axes: a shape set on the caller's array (tokens.shape = (-1, n)) shows
                 Check("inputs_unchanged", "the tokens (2, 3, 5) are not modified, nor their shape", 1,
                       token_inputs((2, 3, 5)), kind="unchanged"),
@@ -622,7 +625,23 @@ def locate_causal_mask(call) -> str | None:
         if np.array_equal(~array, want) or np.array_equal(array, ~want):
             return ("the convention: True marks a position that may be attended (on and below the diagonal); yours "
                     "is True where attention is hidden")
-        return f"the cells: causal_mask(4) is True on and below the diagonal; yours is True {_mask_story(array)}"
+        story = _mask_story(array)
+        wrong = array != want
+        for axis, name in ((1, "row"), (0, "column")):  # the cells wrong in a few whole rows (or columns) only
+            lines = [int(i) for i in np.flatnonzero(wrong.any(axis=axis))]
+            if "whole diagonals" not in story or len(lines) >= 4:
+                continue
+            pick = (lambda m, i: m[i]) if axis == 1 else (lambda m, i: m[:, i])
+            right = [i for i in range(4) if i not in lines]
+            edge = ""
+            if lines in ([3], [0]) and not pick(array, lines[0]).any():
+                loop = "range(n - 1) stops at n - 2" if lines == [3] else "range(1, n) starts at 1"
+                edge = f" (does the loop over the {name}s reach {name} {lines[0]}? {loop}: go over every one, range(n))"
+            return (f"the {name}s: causal_mask(4) is True on and below the diagonal; your {name}s "
+                    f"{', '.join(map(str, right))} are right, but {name} {', '.join(map(str, lines))} is "
+                    f"{' and '.join(str(pick(array, i).tolist()) for i in lines)}, expected "
+                    f"{' and '.join(str(pick(want, i).tolist()) for i in lines)}{edge}")
+        return f"the cells: causal_mask(4) is True on and below the diagonal; yours is True {story}"
     return None
 
 
@@ -678,14 +697,16 @@ def locate_causal_self_attention(call) -> str | None:
             batch = _located_batch_axis(call, batched, x, zero, eye, want)
             # equal scores hide the scale: a wrong one is the first step to go wrong, and the batch axis the second
             try:
-                scale = _located_scale(call, x, eye) or _located_stability(call, x, eye)
+                scale = (_located_score_order(call, x, eye) or _located_scale(call, x, eye)
+                         or _located_stability(call, x, eye))
             except StepFailed:
                 scale = None
             if scale:
                 batch = batch.replace("one sequence is right", "one sequence with every score equal is right")
                 return f"{scale}. A second step is wrong as well, {batch}"
             return batch
-        return (_located_scale(call, x, eye) or _located_scale_with_batch_axes(call, x, eye)
+        return (_located_score_order(call, x, eye) or _located_scale(call, x, eye)
+                or _located_scale_with_batch_axes(call, x, eye)
                 or _located_stability(call, x, eye))
     if np.allclose(got, np.full((n, n), 1 / n), atol=1e-9):
         return ("the mask: with every score equal, position t should average positions 0..t; yours averages all "
@@ -746,6 +767,31 @@ def _located_batch_axis(call, batched, x, zero, eye, want) -> str:
 
 
 SCORE = 2.0  # position 1's query and key: (sqrt 2, 0), so its score with itself is 2 and with position 0, 0
+
+
+def _located_score_order(call, x, eye) -> str | None:
+    """The scores' order: position 1's query and position 0's key are (sqrt 2, 0), every other one 0,
+    so Q Kᵀ scores 2 at (1, 0), below the diagonal, and K Qᵀ at (0, 1), where the mask hides it
+    (row 1 uniform). With the roles swapped (position 0's query, position 1's key) it is the other
+    way round, which tells K Qᵀ from queries made with W_k."""
+    n, d_model = x.shape
+    rows = []
+    for query_at, key_at in ((1, 0), (0, 1)):
+        W_q, W_k = np.zeros((d_model, 2)), np.zeros((d_model, 2))
+        W_q[query_at, 0] = W_k[key_at, 0] = np.sqrt(SCORE)
+        got = as_array(call(x, W_q, W_k, eye))
+        if got is None or got.shape != (n, d_model):
+            return None
+        rows.append(got[1, :2])
+    high = 1 / (1 + np.exp(-SCORE / np.sqrt(2)))
+    if np.allclose(rows[0], 0.5, atol=1e-9) and np.allclose(rows[1], [high, 1 - high], atol=1e-6):
+        return (f"the scores. x (4, 5) with W_q giving only position 1 a query, (sqrt 2, 0), and W_k giving only "
+                f"position 0 a key, (sqrt 2, 0): Q Kᵀ scores 2 at row 1, column 0 (query 1 against key 0), so "
+                f"position 1 should weigh position 0 by {high:.4f}; your row 1 is "
+                f"{np.round(rows[0], 4).tolist()}, as K Qᵀ gives (its row t compares key t with every query, and "
+                "the 2 lands at row 0, column 1, where the mask hides it). The scores are Q Kᵀ: q @ "
+                "np.swapaxes(k, -1, -2), each query's row against every key")
+    return None
 
 
 def _located_scale(call, x, eye) -> str | None:

@@ -322,6 +322,13 @@ def diagnose_count(result, expected, inputs: Inputs, tol: Tolerance) -> str | No
     if floated:
         problem += " (and it came back as a float: divide with `//`, not `/`)"
     explanation = explain_flops_difference(result - expected, n, d_model, n_heads)
+    if explanation is None and 2 * result != expected:
+        # counted in multiply-adds (no 2 anywhere) and off besides: read the doubled count as pieces
+        doubled = explain_flops_difference(2 * result - expected, n, d_model, n_heads)
+        if doubled is not None:
+            explanation = (f"two things. Every product is counted in multiply-adds, without the 2 ((a, b) @ (b, c) "
+                           f"is abc multiply-adds but 2abc FLOPs): doubled, yours is {2 * result:,.0f}, and still "
+                           f"off, as {doubled}")
     return f"{problem}. Where it goes wrong: {explanation}" if explanation else problem
 
 
@@ -525,6 +532,16 @@ def locate_merge_heads(call) -> str | None:
 
 
 def locate_multi_head_attention(call) -> str | None:
+    """The first step that is wrong; past a wrong output projection the later steps (whose W_o is the
+    identity, where a missing or transposed W_o does not show) are read too, and a second wrong one told."""
+    first = _locate_mha(call)
+    if first is None or not first.startswith("the output projection."):
+        return first
+    second = _locate_mha(call, past_projection=True)
+    return f"{first}. A second step is wrong as well, {second}" if second else first
+
+
+def _locate_mha(call, past_projection=False) -> str | None:
     n = d_model = 8  # x = I (8, 8): each position is one column, so the output shows the weights
     heads, d_head = 2, 4
     x, eye, zero = np.eye(n), np.eye(d_model), np.zeros((d_model, d_model))
@@ -559,7 +576,7 @@ def locate_multi_head_attention(call) -> str | None:
     xs = np.diag(np.arange(1.0, n + 1))  # rows of x scaled: the mean is diag / n
     got = as_array(call(xs, zero, zero, eye, perm, heads, causal=False))
     mean = np.tile(np.arange(1.0, n + 1) / n, (n, 1))
-    if not np.allclose(got, mean @ perm, atol=1e-9):
+    if not past_projection and not np.allclose(got, mean @ perm, atol=1e-9):
         for what, value in (("not applied", mean), ("transposed (W_o.T; is every weight used as x @ W, not "
                                                   "x @ W.T?)", mean @ perm.T)):
             if got is not None and np.allclose(got, value, atol=1e-9):

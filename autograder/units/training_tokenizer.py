@@ -297,8 +297,9 @@ def best_pair(counts: Counter, table: list[bytes], tie: str):
 
 
 def bpe_with(across=False, tie="bytes", overlapping=True, weighted=True, early_stop=True, extra_merges=0,
-             right_to_left=False):
-    """train_bpe, recounting every pair after each merge, with one rule changed."""
+             right_to_left=False, new_bytes="ab"):
+    """train_bpe, recounting every pair after each merge, with one rule changed (`new_bytes`: how a new
+    token's bytes are made from its pair's, "ab" the contract's vocab[a] + vocab[b])."""
 
     def variant(ref, text, vocab_size):
         chunks = Counter([text] if across else ref.pretokenize(text))
@@ -313,7 +314,8 @@ def bpe_with(across=False, tie="bytes", overlapping=True, weighted=True, early_s
             if counts[pair] < (2 if early_stop else 1):
                 break
             merges.append(pair)
-            table.append(table[pair[0]] + table[pair[1]])
+            halves = {"ab": (pair[0], pair[1]), "ba": (pair[1], pair[0]), "a": (pair[0],), "b": (pair[1],)}
+            table.append(b"".join(table[i] for i in halves[new_bytes]))
             words = [(merge_pair(ids, pair, len(table) - 1, right_to_left), n) for ids, n in words]
         return merges
 
@@ -909,6 +911,10 @@ MERGE_READINGS = (
     ("a merge's direction", "the pairs replaced right to left", partial(merge_pair, right_to_left=True),
      "replace the pairs left to right, as encode does: 'aaa' becomes [aa, a]"),
 )
+# How a new token's bytes can be made otherwise than vocab[a] + vocab[b], as (bpe_with's new_bytes, in words):
+# the tie-break compares those bytes, so a wrong one shows only as a tie broken the wrong way.
+NEW_BYTES_READINGS = (("ba", "vocab[b] + vocab[a], the halves swapped"),
+                      ("a", "vocab[a] only, the second half left out"), ("b", "vocab[b] only, the first half left out"))
 # Texts whose later merges depend on how the earlier ones were counted and made.
 REPLAY_TEXTS = (("abab abab aaaa aaaa abcd abcd abc bcd", 264), ("aaab aaab aaab", 258), (PROSE, 300))
 
@@ -972,6 +978,16 @@ def located_merge(ref, text, vocab_size, got) -> str | None:
         other = count_pairs(_replayed(ref, text, before, merge))
         if other and best_pair(other, table, "bytes") == pair:
             readings.append((step, f"which is the most frequent pair when {what}: {fix}"))
+    if not readings and counts.get(pair) == counts[want]:
+        made_as = [what for made, what in NEW_BYTES_READINGS  # the tie-break compares the tokens' bytes
+                   if [tuple(p) for p in bpe_with(new_bytes=made)(ref, text, vocab_size)] == list(got)]
+        if made_as:
+            readings.append(("the new token's bytes", f"where the contract merges {tuple(want)}: both occur "
+                             f"{counts[want]} times, and every one of your merges is the one chosen when a new "
+                             f"token's bytes are {' (or '.join(made_as)}{')' * (len(made_as) - 1)}. The tie-break "
+                             "itself may be right, but it compares the tokens' bytes, and yours are made otherwise: "
+                             "the new token (a, b) stands for vocab[a] + vocab[b], the first id's bytes then the "
+                             "second's"))
     if not readings and counts.get(pair) == counts[want]:
         readings.append(("the tie-break", f"where the contract merges {tuple(want)}: both occur {counts[want]} times, "
                          "and of equally frequent pairs the contract takes the greatest (bytes_a, bytes_b), compared "
